@@ -1,0 +1,170 @@
+//! Errors from the ClickHouse server, classified for the protocol.
+//!
+//! The server reports failures as `Code: N. DB::Exception: ... (NAME)`. We keep N and NAME and
+//! classify by code, never by blanket retry: a transient code (server busy, network, timeout)
+//! may be retried with backoff; a permanent one (bad SQL, missing part, access denied) may not;
+//! and the outcome of a non-idempotent statement (ATTACH) after a transport failure is
+//! [`ErrorClass::Unknown`]: the caller must observe the server before deciding anything.
+
+/// What a caller may do after an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The statement did not take effect and may be retried after a backoff.
+    Transient,
+    /// Retrying cannot help; the error must reach an operator.
+    Permanent,
+    /// The statement may or may not have taken effect: reconcile from what exists.
+    Unknown,
+}
+
+/// An error talking to ClickHouse. Every variant names the endpoint and the statement.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The server answered with an exception.
+    #[error("ClickHouse at {endpoint}: Code: {code}{}. {message} (while running: {statement})", name.as_ref().map(|n| format!(" ({n})")).unwrap_or_default())]
+    Server {
+        /// Endpoint URL (no credentials).
+        endpoint: String,
+        /// The server's error code, e.g. 233 for BAD_DATA_PART_NAME / part not found.
+        code: u32,
+        /// The code's name, e.g. `BAD_DATA_PART_NAME`, when the message carries it.
+        name: Option<String>,
+        /// The server's message.
+        message: String,
+        /// A short form of the statement.
+        statement: String,
+    },
+    /// The server could not be reached, or the connection broke, or it timed out.
+    #[error("ClickHouse at {endpoint} is unreachable or timed out: {detail} (while running: {statement})")]
+    Transport {
+        /// Endpoint URL (no credentials).
+        endpoint: String,
+        /// What went wrong.
+        detail: String,
+        /// A short form of the statement.
+        statement: String,
+    },
+    /// The answer did not have the expected shape (a client/server version mismatch).
+    #[error("ClickHouse at {endpoint}: unexpected answer: {detail} (while running: {statement})")]
+    Protocol {
+        /// Endpoint URL (no credentials).
+        endpoint: String,
+        /// What went wrong.
+        detail: String,
+        /// A short form of the statement.
+        statement: String,
+    },
+}
+
+impl ServerError {
+    /// The server's `Code: N`, when the server answered.
+    pub fn code(&self) -> Option<u32> {
+        match self {
+            ServerError::Server { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// How a caller may react; `idempotent` says whether re-running the statement is harmless.
+    pub fn class(&self, idempotent: bool) -> ErrorClass {
+        match self {
+            ServerError::Server { code, .. } if is_transient_code(*code) => ErrorClass::Transient,
+            ServerError::Server { .. } | ServerError::Protocol { .. } => ErrorClass::Permanent,
+            ServerError::Transport { .. } if idempotent => ErrorClass::Transient,
+            ServerError::Transport { .. } => ErrorClass::Unknown,
+        }
+    }
+}
+
+/// Server codes that mean "try again later", not "this statement is wrong".
+pub fn is_transient_code(code: u32) -> bool {
+    matches!(
+        code,
+        159 // TIMEOUT_EXCEEDED
+        | 202 // TOO_MANY_SIMULTANEOUS_QUERIES
+        | 203 // NO_FREE_CONNECTION
+        | 209 // SOCKET_TIMEOUT
+        | 210 // NETWORK_ERROR
+        | 236 // ABORTED
+        | 241 // MEMORY_LIMIT_EXCEEDED
+        | 242 // TABLE_IS_READ_ONLY
+        | 252 // TOO_MANY_PARTS
+        | 285 // TOO_FEW_LIVE_REPLICAS
+        | 319 // UNKNOWN_STATUS_OF_INSERT
+        | 425 // SYSTEM_ERROR
+        | 473 // DEADLOCK_AVOIDED
+        | 999 // KEEPER_EXCEPTION
+        | 1000 // POCO_EXCEPTION
+    )
+}
+
+/// Splits `Code: 233. DB::Exception: Detached part "x" not found. (BAD_DATA_PART_NAME) (version ...)`
+/// into (233, Some("BAD_DATA_PART_NAME"), message).
+pub fn parse_exception(text: &str) -> Option<(u32, Option<String>, String)> {
+    let start = text.find("Code: ")?;
+    let rest = &text[start + 6..];
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let code = digits.parse().ok()?;
+    let message = rest[digits.len()..]
+        .trim_start_matches('.')
+        .trim()
+        .trim_start_matches("DB::Exception:")
+        .trim();
+    let message = match message.find(" (version ") {
+        Some(i) => &message[..i],
+        None => message,
+    };
+    let name = message
+        .rfind('(')
+        .map(|i| &message[i + 1..])
+        .and_then(|s| s.strip_suffix(')'))
+        .filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit()))
+        .map(str::to_owned);
+    Some((code, name, message.trim().to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_server_exceptions() {
+        let cases: &[(&str, u32, Option<&str>, &str)] = &[
+            (
+                "Code: 233. DB::Exception: Detached part \"x\" not found. (BAD_DATA_PART_NAME) (version 26.9.2.1)",
+                233,
+                Some("BAD_DATA_PART_NAME"),
+                "Detached part \"x\" not found. (BAD_DATA_PART_NAME)",
+            ),
+            ("bad response: Code: 60. DB::Exception: Table d.t does not exist. (UNKNOWN_TABLE)", 60, Some("UNKNOWN_TABLE"), "Table d.t does not exist. (UNKNOWN_TABLE)"),
+            ("Code: 1000. DB::Exception: Timeout", 1000, None, "Timeout"),
+        ];
+        for (text, code, name, message) in cases {
+            let (c, n, m) = parse_exception(text).unwrap_or_else(|| panic!("no code in {text}"));
+            assert_eq!((c, n.as_deref(), m.as_str()), (*code, *name, *message), "{text}");
+        }
+        assert_eq!(parse_exception("connection refused"), None);
+    }
+
+    #[test]
+    fn classifies_by_code_and_idempotence() {
+        let server = |code| ServerError::Server {
+            endpoint: "e".into(),
+            code,
+            name: None,
+            message: "m".into(),
+            statement: "s".into(),
+        };
+        let transport = || ServerError::Transport { endpoint: "e".into(), detail: "d".into(), statement: "s".into() };
+        let rows: Vec<(&str, ServerError, bool, ErrorClass)> = vec![
+            ("too many parts is transient", server(252), false, ErrorClass::Transient),
+            ("part not found is permanent", server(233), false, ErrorClass::Permanent),
+            ("syntax error is permanent", server(62), true, ErrorClass::Permanent),
+            ("lost connection on a SELECT: retry", transport(), true, ErrorClass::Transient),
+            ("lost connection on ATTACH: reconcile", transport(), false, ErrorClass::Unknown),
+        ];
+        for (name, err, idempotent, want) in rows {
+            assert_eq!(err.class(idempotent), want, "{name}");
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! chpart's ClickHouse client: the statements the protocol needs, typed answers, typed errors.
+//!
+//! Everything chpart asks of the server goes through [`Server`]: reading a table's definition
+//! and where it stores data, listing active and detached parts, `ATTACH PART '<exact name>'`
+//! (never `ATTACH PARTITION`, which would take every validly named part in `detached/`, losers
+//! included), and dropping detached parts. It speaks HTTP through the official `clickhouse`
+//! crate with row validation on, so a system-table column that changes type in a future server
+//! is a clear error rather than garbage.
+//!
+//! Guarantees: a statement is sent once per call; nothing here retries. Errors carry the
+//! server's `Code: N` and a class ([`ErrorClass`]) so callers decide retry versus reconcile.
+
+#![warn(missing_docs)]
+
+mod error;
+
+use std::fmt;
+use std::time::Duration;
+
+use clickhouse::Row;
+use serde::Deserialize;
+
+pub use error::{is_transient_code, parse_exception, ErrorClass, ServerError};
+
+/// A password that never shows up in `Debug` output, logs or errors.
+#[derive(Clone, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value (read from a file or the environment, never from argv).
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+    fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// How to reach the server. Built from validated config; holds no unchecked input.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// HTTP endpoint, e.g. `http://127.0.0.1:8123`.
+    pub url: String,
+    /// ClickHouse user.
+    pub user: String,
+    /// Password; `None` for a user without one.
+    pub password: Option<Secret>,
+    /// Upper bound on one statement, end to end.
+    pub request_timeout: Duration,
+}
+
+/// A table's definition and storage as the server reports them (`system.tables`).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct TableInfo {
+    /// Database.
+    pub database: String,
+    /// Table name.
+    pub name: String,
+    /// Table UUID (Atomic databases).
+    pub uuid: String,
+    /// Engine, e.g. `MergeTree`.
+    pub engine: String,
+    /// Engine with its arguments and settings.
+    pub engine_full: String,
+    /// The exact `CREATE TABLE` statement.
+    pub create_table_query: String,
+    /// Partition key expression.
+    pub partition_key: String,
+    /// Sorting key expression.
+    pub sorting_key: String,
+    /// Primary key expression.
+    pub primary_key: String,
+    /// Sampling key expression.
+    pub sampling_key: String,
+    /// Storage policy name.
+    pub storage_policy: String,
+    /// One directory per disk; `detached/` is directly under each.
+    pub data_paths: Vec<String>,
+}
+
+/// One column of a table (`system.columns`), in table order.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct ColumnInfo {
+    /// Column name.
+    pub name: String,
+    /// ClickHouse type, e.g. `LowCardinality(String)`.
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// `DEFAULT`, `MATERIALIZED`, `ALIAS`, `EPHEMERAL` or empty.
+    pub default_kind: String,
+    /// The default expression, or empty.
+    pub default_expression: String,
+}
+
+/// An active or inactive part of a table (`system.parts`).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct PartInfo {
+    /// Part name (block numbers are the table's own, not the detached name's).
+    pub name: String,
+    /// Partition id.
+    pub partition_id: String,
+    /// Rows in the part.
+    pub rows: u64,
+    /// Bytes on disk.
+    pub bytes_on_disk: u64,
+    /// 128-bit hash of all the part's files, lowercase hex; survives ATTACH unchanged.
+    pub hash_of_all_files: String,
+    /// Merge level.
+    pub level: u32,
+    /// Whether the part is active (visible to queries).
+    pub active: bool,
+    /// Disk name.
+    pub disk_name: String,
+    /// Absolute path of the part's directory.
+    pub path: String,
+}
+
+/// An entry of a table's `detached/` directories (`system.detached_parts`).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct DetachedPartInfo {
+    /// Directory name as it is in `detached/`.
+    pub name: String,
+    /// Partition id, when the name parses.
+    pub partition_id: Option<String>,
+    /// Reason prefix (`attaching`, `broken`, `ignored`, ...), or `None` for a plain part.
+    pub reason: Option<String>,
+    /// Disk name.
+    pub disk: String,
+    /// Absolute path.
+    pub path: String,
+    /// Bytes on disk.
+    pub bytes_on_disk: u64,
+}
+
+/// A connection to one ClickHouse server.
+#[derive(Clone)]
+pub struct Server {
+    client: clickhouse::Client,
+    endpoint: String,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server").field("endpoint", &self.endpoint).finish()
+    }
+}
+
+/// `db.table` quoted for SQL: backticks, with backticks and backslashes escaped.
+pub fn quote_table(database: &str, table: &str) -> String {
+    format!("{}.{}", quote_ident(database), quote_ident(table))
+}
+
+/// An identifier quoted for SQL.
+pub fn quote_ident(ident: &str) -> String {
+    format!("`{}`", ident.replace('\\', "\\\\").replace('`', "\\`"))
+}
+
+/// A string literal for SQL, single-quoted and escaped.
+pub fn quote_str(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+impl Server {
+    /// A client for `config`. Connects lazily; nothing is sent yet.
+    pub fn new(config: &ServerConfig) -> Server {
+        let mut client = clickhouse::Client::default()
+            .with_url(&config.url)
+            .with_user(&config.user);
+        if let Some(password) = &config.password {
+            client = client.with_password(password.expose());
+        }
+        Server { client, endpoint: config.url.clone(), timeout: config.request_timeout }
+    }
+
+    /// The endpoint URL, for messages.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    async fn run<T>(
+        &self,
+        statement: &str,
+        fut: impl std::future::Future<Output = clickhouse::error::Result<T>>,
+    ) -> Result<T, ServerError> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(self.translate(statement, e)),
+            Err(_) => Err(ServerError::Transport {
+                endpoint: self.endpoint.clone(),
+                detail: format!("no answer within {:?}", self.timeout),
+                statement: short(statement),
+            }),
+        }
+    }
+
+    fn translate(&self, statement: &str, e: clickhouse::error::Error) -> ServerError {
+        use clickhouse::error::Error as E;
+        let endpoint = self.endpoint.clone();
+        let statement = short(statement);
+        let text = e.to_string();
+        if let Some((code, name, message)) = parse_exception(&text) {
+            return ServerError::Server { endpoint, code, name, message, statement };
+        }
+        match e {
+            E::Network(_) | E::TimedOut => ServerError::Transport { endpoint, detail: text, statement },
+            _ => ServerError::Protocol { endpoint, detail: text, statement },
+        }
+    }
+
+    /// Runs a statement that returns no rows (DDL, ALTER). Sent verbatim: `?` is not special.
+    pub async fn execute(&self, sql: &str) -> Result<(), ServerError> {
+        self.run(sql, self.client.query_raw(sql).execute()).await
+    }
+
+    /// Runs a query with `{name: Type}` parameters and returns all rows.
+    async fn fetch<T>(&self, sql: &str, params: &[(&str, &str)]) -> Result<Vec<T>, ServerError>
+    where
+        T: Row + for<'b> Deserialize<'b> + 'static,
+        for<'b> T: Row<Value<'b> = T>,
+    {
+        let mut query = self.client.query_raw(sql);
+        for (name, value) in params {
+            query = query.param(name, *value);
+        }
+        self.run(sql, query.fetch_all::<T>()).await
+    }
+
+    /// The server's version string, e.g. `26.9.2.1`.
+    pub async fn version(&self) -> Result<String, ServerError> {
+        let sql = "SELECT version()";
+        self.run(sql, self.client.query_raw(sql).fetch_one::<String>()).await
+    }
+
+    /// Whether `database` exists.
+    pub async fn database_exists(&self, database: &str) -> Result<bool, ServerError> {
+        let rows: Vec<u8> = self
+            .fetch("SELECT 1::UInt8 FROM system.databases WHERE name = {db:String}", &[("db", database)])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// The table's definition and data paths, or `None` if it does not exist.
+    pub async fn table_info(&self, database: &str, table: &str) -> Result<Option<TableInfo>, ServerError> {
+        let sql = "SELECT database, name, toString(uuid) AS uuid, engine, engine_full, create_table_query, \
+                   partition_key, sorting_key, primary_key, sampling_key, storage_policy, data_paths \
+                   FROM system.tables WHERE database = {db:String} AND name = {t:String}";
+        let mut rows: Vec<TableInfo> = self.fetch(sql, &[("db", database), ("t", table)]).await?;
+        Ok(rows.pop())
+    }
+
+    /// The table's columns in order.
+    pub async fn columns(&self, database: &str, table: &str) -> Result<Vec<ColumnInfo>, ServerError> {
+        let sql = "SELECT name, type, default_kind, default_expression FROM system.columns \
+                   WHERE database = {db:String} AND table = {t:String} ORDER BY position";
+        self.fetch(sql, &[("db", database), ("t", table)]).await
+    }
+
+    /// The table's parts; with `active_only`, only those visible to queries.
+    pub async fn parts(&self, database: &str, table: &str, active_only: bool) -> Result<Vec<PartInfo>, ServerError> {
+        let sql = format!(
+            "SELECT name, partition_id, toUInt64(rows) AS rows, toUInt64(bytes_on_disk) AS bytes_on_disk, \
+             hash_of_all_files, toUInt32(level) AS level, toBool(active) AS active, disk_name, path \
+             FROM system.parts WHERE database = {{db:String}} AND table = {{t:String}}{} ORDER BY name",
+            if active_only { " AND active" } else { "" }
+        );
+        self.fetch(&sql, &[("db", database), ("t", table)]).await
+    }
+
+    /// Everything in the table's `detached/` directories.
+    pub async fn detached_parts(&self, database: &str, table: &str) -> Result<Vec<DetachedPartInfo>, ServerError> {
+        let sql = "SELECT name, partition_id, nullIf(reason, '') AS reason, disk, path, \
+                   toUInt64(bytes_on_disk) AS bytes_on_disk \
+                   FROM system.detached_parts WHERE database = {db:String} AND table = {t:String} ORDER BY name";
+        self.fetch(sql, &[("db", database), ("t", table)]).await
+    }
+
+    /// Number of mutations of the table that are not done yet.
+    pub async fn pending_mutations(&self, database: &str, table: &str) -> Result<u64, ServerError> {
+        let sql = "SELECT count() FROM system.mutations \
+                   WHERE database = {db:String} AND table = {t:String} AND NOT is_done";
+        let rows: Vec<u64> = self.fetch(sql, &[("db", database), ("t", table)]).await?;
+        Ok(rows.first().copied().unwrap_or(0))
+    }
+
+    /// `ALTER TABLE db.t ATTACH PART '<name>'`: the server claims `detached/<name>` by renaming
+    /// it, so a part can be attached at most once. Not idempotent: after a transport error the
+    /// caller must look at `system.parts` and `detached/` before doing anything else.
+    pub async fn attach_part(&self, database: &str, table: &str, part: &str) -> Result<(), ServerError> {
+        let sql = format!("ALTER TABLE {} ATTACH PART {}", quote_table(database, table), quote_str(part));
+        self.execute(&sql).await
+    }
+
+    /// `ALTER TABLE db.t DROP DETACHED PART '<name>'` with `allow_drop_detached = 1`.
+    pub async fn drop_detached_part(&self, database: &str, table: &str, part: &str) -> Result<(), ServerError> {
+        let sql = format!(
+            "ALTER TABLE {} DROP DETACHED PART {} SETTINGS allow_drop_detached = 1",
+            quote_table(database, table),
+            quote_str(part)
+        );
+        self.execute(&sql).await
+    }
+
+    /// `count()` of the table.
+    pub async fn count(&self, database: &str, table: &str) -> Result<u64, ServerError> {
+        let sql = format!("SELECT count() FROM {}", quote_table(database, table));
+        self.run(&sql, self.client.query_raw(&sql).fetch_one::<u64>()).await
+    }
+}
+
+/// A statement shortened for error messages (first line, at most 200 characters).
+fn short(sql: &str) -> String {
+    let line = sql.trim().lines().next().unwrap_or("");
+    if line.chars().count() > 200 {
+        format!("{}...", line.chars().take(200).collect::<String>())
+    } else {
+        line.to_owned()
+    }
+}

@@ -1,0 +1,254 @@
+//! The ClickHouse 26.9 engine as a server for tests (`deploy/clickhouse-server serve`).
+//!
+//! The server blocks reading its stdin pipe, which this harness holds: dropping the handle
+//! closes the pipe (a clean shutdown) and a test process that dies closes it too, so no server
+//! outlives its test run. A small blocking HTTP client ([`ClickHouse::query`]) lets tests check
+//! the server independently of chpart's own client.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::{deploy_script, free_port, log_tail, require_engine, scratch_dir, wait_until};
+
+/// How long a server may take to answer `/ping` (the engine loads in about a second; CI is slow).
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A running ClickHouse server on 127.0.0.1, stopped on drop.
+pub struct ClickHouse {
+    /// HTTP port on 127.0.0.1.
+    pub http_port: u16,
+    /// Native TCP port on 127.0.0.1.
+    pub tcp_port: u16,
+    /// The server's data directory (`metadata/`, `store/`).
+    pub data_dir: PathBuf,
+    /// OS user the server runs as (`None`: the test's own user).
+    pub user: Option<String>,
+    run_dir: PathBuf,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    _scratch: Option<tempfile::TempDir>,
+}
+
+impl ClickHouse {
+    /// Starts a server in fresh directories, as `user` if given (needs root).
+    pub fn start(user: Option<&str>) -> ClickHouse {
+        let scratch = scratch_dir("clickhouse");
+        let data_dir = scratch.path().join("data");
+        let run_dir = scratch.path().join("run");
+        let mut server = ClickHouse::start_in(&data_dir, &run_dir, user);
+        server._scratch = Some(scratch);
+        server
+    }
+
+    /// Starts a server on existing directories (e.g. to restart on the same data).
+    pub fn start_in(data_dir: &Path, run_dir: &Path, user: Option<&str>) -> ClickHouse {
+        require_engine();
+        let (http_port, tcp_port) = (free_port(), free_port());
+        std::fs::create_dir_all(run_dir).expect("create run dir");
+        let log = run_dir.join("server.log");
+        let log_file = std::fs::File::create(&log).expect("create server log");
+        let mut cmd = Command::new(deploy_script("clickhouse-server"));
+        cmd.arg("serve")
+            .arg("--data")
+            .arg(data_dir)
+            .arg("--run-dir")
+            .arg(run_dir)
+            .args(["--http-port", &http_port.to_string()])
+            .args(["--tcp-port", &tcp_port.to_string()])
+            .arg("--stop-on-stdin-eof")
+            .stdin(Stdio::piped())
+            .stdout(log_file.try_clone().expect("dup log"))
+            .stderr(log_file);
+        if let Some(user) = user {
+            crate::os_user_ids(user);
+            cmd.args(["--user", user]);
+        }
+        let mut child = cmd.spawn().expect("spawn deploy/clickhouse-server");
+        let stdin = child.stdin.take();
+        let mut server = ClickHouse {
+            http_port,
+            tcp_port,
+            data_dir: data_dir.to_path_buf(),
+            user: user.map(str::to_owned),
+            run_dir: run_dir.to_path_buf(),
+            child: Some(child),
+            stdin,
+            _scratch: None,
+        };
+        let up = wait_until(START_TIMEOUT, || {
+            let exited = server.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            exited || server.ping()
+        });
+        if !up || !server.ping() {
+            panic!(
+                "ClickHouse server did not answer /ping on 127.0.0.1:{http_port} within {START_TIMEOUT:?} \
+                 (a chdb upgrade may have broken deploy/chdb_server.py); log {}:\n{}",
+                log.display(),
+                log_tail(&log, 30)
+            );
+        }
+        server
+    }
+
+    /// The server's HTTP endpoint, e.g. `http://127.0.0.1:8123`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    /// Whether `/ping` answers `Ok.`.
+    pub fn ping(&self) -> bool {
+        http(self.http_port, "GET", "/ping", b"").is_ok_and(|(status, body)| status == 200 && body.trim() == "Ok.")
+    }
+
+    /// Runs one statement and returns the body (TabSeparated), or the server's error text.
+    pub fn query(&self, sql: &str) -> Result<String, String> {
+        match http(self.http_port, "POST", "/", sql.as_bytes()) {
+            Ok((200, body)) => Ok(body),
+            Ok((status, body)) => Err(format!("HTTP {status}: {}", body.trim())),
+            Err(e) => Err(format!("HTTP request to 127.0.0.1:{}: {e}", self.http_port)),
+        }
+    }
+
+    /// Like [`ClickHouse::query`] but panics on error; for test set-up and checks.
+    pub fn q(&self, sql: &str) -> String {
+        self.query(sql).unwrap_or_else(|e| panic!("query failed: {sql}\n{e}"))
+    }
+
+    /// The server's log (stdout and stderr of the launcher).
+    pub fn log(&self) -> PathBuf {
+        self.run_dir.join("server.log")
+    }
+
+    /// Stops the server cleanly (EOF on its stdin), killing it if it does not stop within 30 s.
+    pub fn stop(&mut self) {
+        drop(self.stdin.take());
+        if let Some(mut child) = self.child.take() {
+            let stopped = wait_until(Duration::from_secs(30), || matches!(child.try_wait(), Ok(Some(_))));
+            if !stopped {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// Stops the server and starts a new one on the same data directory (new ports).
+    pub fn restart(mut self) -> ClickHouse {
+        self.stop();
+        let scratch = self._scratch.take();
+        let mut server = ClickHouse::start_in(&self.data_dir, &self.run_dir, self.user.as_deref());
+        server._scratch = scratch;
+        server
+    }
+
+    /// The server process's CPU time so far (user + system), from /proc.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let pid = self.child.as_ref()?.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        Some(ticks / hz)
+    }
+}
+
+impl Drop for ClickHouse {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One server per test process, started on first use, running as the test's own user. It is
+/// never dropped; it stops when the process exits and closes its stdin pipe. Its directories
+/// live under the system temp dir in `chpart-testenv-shared-<pid>` and are removed by the next
+/// run once their process is gone.
+pub fn shared() -> &'static ClickHouse {
+    static SHARED: OnceLock<ClickHouse> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let tmp = std::env::temp_dir();
+        if let Ok(entries) = std::fs::read_dir(&tmp) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if let Some(pid) = name.strip_prefix("chpart-testenv-shared-") {
+                    if !Path::new("/proc").join(pid).exists() {
+                        let _ = std::fs::remove_dir_all(entry.path());
+                    }
+                }
+            }
+        }
+        let base = tmp.join(format!("chpart-testenv-shared-{}", std::process::id()));
+        std::fs::create_dir_all(&base).expect("create shared server dir");
+        crate::set_mode(&base, 0o755);
+        ClickHouse::start_in(&base.join("data"), &base.join("run"), None)
+    })
+}
+
+/// A database of its own for one test, dropped (with its tables) when the test ends.
+pub struct TestDb<'a> {
+    /// The database name: `t_<test name>_<pid>_<n>`.
+    pub name: String,
+    /// The server it lives on.
+    pub server: &'a ClickHouse,
+}
+
+impl<'a> TestDb<'a> {
+    /// Creates a fresh database named after the test.
+    pub fn new(server: &'a ClickHouse, test_name: &str) -> TestDb<'a> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let clean: String = test_name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .take(40)
+            .collect();
+        let name = format!("t_{clean}_{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        server.q(&format!("CREATE DATABASE `{name}`"));
+        TestDb { name, server }
+    }
+}
+
+impl Drop for TestDb<'_> {
+    fn drop(&mut self) {
+        let _ = self.server.query(&format!("DROP DATABASE IF EXISTS `{}` SYNC", self.name));
+    }
+}
+
+/// A minimal HTTP/1.1 exchange (Connection: close): status code and body.
+fn http(port: u16, method: &str, path: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad HTTP response: {head:?}")))?;
+    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
+    Ok((status, if chunked { dechunk(body) } else { body.to_owned() }))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].strip_prefix("\r\n").unwrap_or(&rest[n..]);
+    }
+    out
+}

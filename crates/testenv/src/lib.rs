@@ -1,0 +1,131 @@
+//! Test support for chpart: starts the real components from `deploy/` for tests.
+//!
+//! Every real-component test gets its own ports and directories, so tests run in parallel:
+//! - [`clickhouse::ClickHouse`]: the ClickHouse 26.9 engine (chdb-core) as an HTTP server on
+//!   127.0.0.1, optionally as a dedicated OS user; [`clickhouse::shared`] is one server per test
+//!   process and [`clickhouse::TestDb`] a fresh database per test on it.
+//! - [`sshd::Sshd`]: OpenSSH sshd on 127.0.0.1 with keys and `known_hosts` made per run.
+//!
+//! Servers are child processes that end when their handle is dropped and, because they block
+//! on their stdin pipe, also when the test process dies however it dies. A missing component
+//! is a panic that names the command installing it: tests never skip silently.
+
+#![warn(missing_docs)]
+
+pub mod clickhouse;
+pub mod sshd;
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The command that installs every component the tests need.
+pub const INSTALL_HINT: &str = "run `bash deploy/install.sh` from the repository root";
+
+/// The repository root (where `deploy/` lives).
+pub fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+/// A `deploy/` script, checked to exist.
+pub fn deploy_script(name: &str) -> PathBuf {
+    let path = project_root().join("deploy").join(name);
+    assert!(path.exists(), "{} is missing", path.display());
+    path
+}
+
+/// The clickhouse-local command the tests build parts with (`deploy/clickhouse-local`, backed
+/// by chdb-core 26.9). Panics with the install command when the engine is not installed.
+pub fn clickhouse_local() -> PathBuf {
+    require_engine();
+    deploy_script("clickhouse-local")
+}
+
+/// Panics with [`INSTALL_HINT`] unless the project's Python environment with chdb exists.
+pub fn require_engine() {
+    let python = project_root().join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "the ClickHouse 26.9 engine (chdb-core in .venv/) is not installed: {INSTALL_HINT}"
+    );
+}
+
+/// A loopback TCP port that was free a moment ago and that this process has not handed out
+/// before (the OS may reuse a just-closed ephemeral port; two servers of one test run must not).
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind an ephemeral port on 127.0.0.1")
+            .port();
+        if given.insert(port) {
+            return port;
+        }
+    }
+}
+
+/// A scratch directory that other users can traverse (servers may run as `clickhouse`).
+pub fn scratch_dir(prefix: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("chpart-{prefix}-"))
+        .tempdir()
+        .expect("create a temporary directory");
+    set_mode(dir.path(), 0o755);
+    dir
+}
+
+/// chmod, panicking with the path on failure.
+pub fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {mode:o} {}: {e}", path.display()));
+}
+
+/// Polls `ready` every 50 ms until it returns true or `timeout` passes; returns whether it did.
+pub fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if ready() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The last `n` lines of a log file, for panic messages.
+pub fn log_tail(path: &Path, n: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// Uid and gid of an OS user, via `id`; panics with [`INSTALL_HINT`] when the user is missing.
+pub fn os_user_ids(name: &str) -> (u32, u32) {
+    let id = |flag: &str| -> u32 {
+        let out = std::process::Command::new("id")
+            .args([flag, name])
+            .output()
+            .expect("run id");
+        assert!(
+            out.status.success(),
+            "OS user {name:?} does not exist: {INSTALL_HINT}"
+        );
+        String::from_utf8_lossy(&out.stdout).trim().parse().expect("numeric id")
+    };
+    (id("-u"), id("-g"))
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs everything chpart's build, quickstart and tests need on a fresh Debian 12 machine of
+# this project's kind (root, Rust toolchain present, package registries reachable). Idempotent:
+# a second run only checks.
+#   - Debian packages: openssh-server (the test sshd), libssl-dev + pkg-config (ssh2), curl
+#   - OS users: `clickhouse` (a server run as a dedicated user, as in production) and
+#     `chpart-test` (an unrelated user for permission tests)
+#   - .venv/ (git-ignored) with chdb-core==26.9.0: the ClickHouse 26.9 engine, used as
+#     clickhouse-local (deploy/clickhouse-local) and as a server (deploy/clickhouse-server)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CHDB_VERSION="26.9.0"
+
+say() { printf '[install] %s\n' "$*"; }
+
+need_pkgs=()
+[ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+dpkg -s libssl-dev >/dev/null 2>&1 || need_pkgs+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  say "apt-get install ${need_pkgs[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+id clickhouse >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/clickhouse-user --shell /usr/sbin/nologin clickhouse
+id chpart-test >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin chpart-test
+
+venv="$root/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  say "creating $venv"
+  python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('chdb-core') != '$CHDB_VERSION')" 2>/dev/null; then
+  say "pip install chdb-core==$CHDB_VERSION (about 200 MB)"
+  "$venv/bin/pip" install -q --disable-pip-version-check "chdb-core==$CHDB_VERSION"
+fi
+say "ClickHouse engine: $("$root/deploy/clickhouse-local" --version)"
+say "sshd: $(/usr/sbin/sshd -V 2>&1 | head -n1 || true)"
+say "done"
