@@ -79,6 +79,9 @@ def serve(args):
         user = pwd.getpwnam(args.user)
         for path in (data, run_dir):
             chown_tree(path, user.pw_uid, user.pw_gid)
+        if args.stop_on_stdin_eof:
+            # The server reopens /dev/stdin after the drop; the pipe must be the user's to open.
+            os.fchown(0, user.pw_uid, user.pw_gid)
         os.setgroups([])
         os.setgid(user.pw_gid)
         os.setuid(user.pw_uid)

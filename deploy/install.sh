@@ -24,8 +24,15 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
 
-id clickhouse >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/clickhouse-user --shell /usr/sbin/nologin clickhouse
-id chpart-test >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin chpart-test
+# Key-only SSH logins as these users must work: sshd (UsePAM no) refuses "locked" accounts, and
+# useradd locks with "!", so the password field is set to "*" (no password, not locked).
+ensure_user() {
+  local name=$1; shift
+  id "$name" >/dev/null 2>&1 || useradd --system --shell /usr/sbin/nologin "$@" "$name"
+  if [ "$(getent shadow "$name" | cut -d: -f2)" != "*" ]; then usermod -p '*' "$name"; fi
+}
+ensure_user clickhouse --create-home --home-dir /var/lib/clickhouse-user
+ensure_user chpart-test --no-create-home
 
 venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then

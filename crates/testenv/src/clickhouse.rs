@@ -84,9 +84,13 @@ impl ClickHouse {
             exited || server.ping()
         });
         if !up || !server.ping() {
+            let how = match server.child.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(Some(status))) => format!("exited ({status}) before answering /ping"),
+                _ => format!("did not answer /ping within {START_TIMEOUT:?}"),
+            };
             panic!(
-                "ClickHouse server did not answer /ping on 127.0.0.1:{http_port} within {START_TIMEOUT:?} \
-                 (a chdb upgrade may have broken deploy/chdb_server.py); log {}:\n{}",
+                "ClickHouse server on 127.0.0.1:{http_port} {how} (a chdb upgrade may have broken \
+                 deploy/chdb_server.py); log {}:\n{}",
                 log.display(),
                 log_tail(&log, 30)
             );

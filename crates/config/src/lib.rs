@@ -1,0 +1,523 @@
+//! chpart's configuration: one TOML file, `CHPART_<SECTION>_<KEY>` environment overrides, and
+//! validation into a typed [`Config`] before any client is built.
+//!
+//! Every command (`begin`, `build`, `commit`, ...) reads the same file, so the executors and the
+//! driver agree on where ClickHouse is, how to reach its filesystem and where the ledger lives.
+//! The file is parsed strictly (unknown keys are errors, so a typo never silently falls back to
+//! a default); secrets are read from a file or an environment variable named in the config,
+//! never from the command line, and never appear in `Debug` output or errors. The annotated
+//! example is `deploy/chpart.example.toml`; a test keeps it loadable.
+
+#![warn(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The environment variable read for the ClickHouse password when the config names no source.
+pub const DEFAULT_PASSWORD_ENV: &str = "CHPART_CLICKHOUSE_PASSWORD";
+
+/// Environment variables with the `CHPART_` prefix that are not config overrides.
+const RESERVED_ENV: &[&str] = &["CHPART_CONFIG", "CHPART_LOG", DEFAULT_PASSWORD_ENV];
+
+/// A configuration problem; the message names the file, key or environment variable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not match the schema.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (line, column, key).
+        message: String,
+    },
+    /// A `CHPART_*` variable that names no config key.
+    #[error("environment variable {var} is not a chpart setting (overrides are CHPART_<SECTION>_<KEY>, sections: {sections})")]
+    UnknownOverride {
+        /// The variable.
+        var: String,
+        /// The known sections.
+        sections: String,
+    },
+    /// A value that parses but cannot work.
+    #[error("config {key}: {message}")]
+    Invalid {
+        /// The key, e.g. `ssh.port`.
+        key: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// A secret could not be read from its source.
+    #[error("config {key}: cannot read the secret from {source_name}: {message}")]
+    Secret {
+        /// The key, e.g. `clickhouse.password_file`.
+        key: String,
+        /// The file or variable it names (never its content).
+        source_name: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A secret value; `Debug` and `Display` never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The value, for handing to a client library. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The file's schema. Field docs are the reference; deploy/chpart.example.toml shows each one.
+// ---------------------------------------------------------------------------------------------
+
+/// The config file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// The ClickHouse server the loads go into.
+    pub clickhouse: RawClickHouse,
+    /// How executors reach the server's filesystem.
+    pub transport: RawTransport,
+    /// SSH settings; required when `transport.kind = "sftp"`.
+    pub ssh: Option<RawSsh>,
+    /// The clickhouse-local used to build parts.
+    pub clickhouse_local: RawClickHouseLocal,
+    /// Where parts are staged on the server's filesystem before they are published.
+    pub staging: RawStaging,
+    /// Where the durable record of loads lives.
+    #[serde(default)]
+    pub ledger: RawLedger,
+}
+
+/// `[clickhouse]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClickHouse {
+    /// HTTP endpoint, e.g. `http://127.0.0.1:8123`.
+    pub url: String,
+    /// User name. Default `default`.
+    #[serde(default = "default_user")]
+    pub user: String,
+    /// File whose content (trailing newline trimmed) is the password.
+    pub password_file: Option<PathBuf>,
+    /// Environment variable holding the password. Default `CHPART_CLICKHOUSE_PASSWORD`; when it
+    /// is unset and no file is named, the user has no password.
+    pub password_env: Option<String>,
+    /// Upper bound on one statement, in seconds. Default 300.
+    #[serde(default = "default_request_timeout_secs")]
+    pub request_timeout_secs: u64,
+    /// The host name recorded in manifests and the ledger. Default: the URL's host.
+    pub host_name: Option<String>,
+}
+
+/// `[transport]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTransport {
+    /// `sftp` (the server is another host) or `local` (the server's data directory is on this
+    /// machine, e.g. the quickstart's embedded server).
+    pub kind: TransportKind,
+}
+
+/// How parts reach the server's filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// SFTP over SSH (ssh2), host key always verified.
+    Sftp,
+    /// Plain filesystem calls on this machine.
+    Local,
+}
+
+/// `[ssh]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSsh {
+    /// Host name or address of the ClickHouse server's SSH daemon.
+    pub host: String,
+    /// Port. Default 22.
+    #[serde(default = "default_ssh_port")]
+    pub port: u16,
+    /// Login user; must be the user the ClickHouse server runs as (it must own published parts).
+    pub user: String,
+    /// Private key file. Either this or `use_agent`.
+    pub identity_file: Option<PathBuf>,
+    /// Authenticate with the SSH agent (`SSH_AUTH_SOCK`). Default false.
+    #[serde(default)]
+    pub use_agent: bool,
+    /// known_hosts file the host key is verified against (always; there is no way to skip it).
+    pub known_hosts: PathBuf,
+    /// TCP connect and handshake timeout, in seconds. Default 15.
+    #[serde(default = "default_connect_timeout_secs")]
+    pub connect_timeout_secs: u64,
+    /// SFTP write size, in KiB. Default 256 (large writes let libssh2 pipeline).
+    #[serde(default = "default_write_buffer_kib")]
+    pub write_buffer_kib: usize,
+}
+
+/// `[clickhouse_local]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClickHouseLocal {
+    /// The clickhouse-local command: a path or a name on PATH. It must be no newer than the server.
+    pub command: String,
+    /// Local directory under which each attempt gets its own work directory. Default: the
+    /// system temp directory.
+    pub work_dir: Option<PathBuf>,
+    /// Upper bound on one clickhouse-local run, in seconds. Default 3600.
+    #[serde(default = "default_build_timeout_secs")]
+    pub timeout_secs: u64,
+}
+
+/// `[staging]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStaging {
+    /// Absolute path on the server's filesystem, on the same filesystem as the table's data path
+    /// (publishing is a rename into `detached/`), e.g. `/var/lib/clickhouse/chpart-staging`.
+    pub root: String,
+}
+
+/// `[ledger]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLedger {
+    /// Database holding the ledger table; created on first use. Default `chpart`.
+    #[serde(default = "default_ledger_database")]
+    pub database: String,
+}
+
+impl Default for RawLedger {
+    fn default() -> Self {
+        RawLedger { database: default_ledger_database() }
+    }
+}
+
+fn default_user() -> String {
+    "default".into()
+}
+fn default_request_timeout_secs() -> u64 {
+    300
+}
+fn default_ssh_port() -> u16 {
+    22
+}
+fn default_connect_timeout_secs() -> u64 {
+    15
+}
+fn default_write_buffer_kib() -> usize {
+    256
+}
+fn default_build_timeout_secs() -> u64 {
+    3600
+}
+fn default_ledger_database() -> String {
+    "chpart".into()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The validated value.
+// ---------------------------------------------------------------------------------------------
+
+/// A validated configuration. Holding one means every value was checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// ClickHouse endpoint and credentials.
+    pub clickhouse: ClickHouseSettings,
+    /// How parts reach the server's filesystem.
+    pub transport: Transport,
+    /// The clickhouse-local used to build parts.
+    pub clickhouse_local: ClickHouseLocalSettings,
+    /// Absolute POSIX path of the staging root on the server's filesystem, no trailing slash.
+    pub staging_root: String,
+    /// Database of the ledger table.
+    pub ledger_database: String,
+}
+
+/// Validated `[clickhouse]`.
+#[derive(Debug, Clone)]
+pub struct ClickHouseSettings {
+    /// HTTP endpoint.
+    pub url: String,
+    /// User.
+    pub user: String,
+    /// Password, if any.
+    pub password: Option<Secret>,
+    /// Statement timeout.
+    pub request_timeout: Duration,
+    /// Name recorded in manifests.
+    pub host_name: String,
+}
+
+/// Validated transport.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// The server's filesystem is this machine's.
+    Local,
+    /// SFTP to the server's host.
+    Sftp(SshSettings),
+}
+
+/// Validated `[ssh]`.
+#[derive(Debug, Clone)]
+pub struct SshSettings {
+    /// Host.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Login user.
+    pub user: String,
+    /// Private key file, if not the agent.
+    pub identity_file: Option<PathBuf>,
+    /// Use the SSH agent.
+    pub use_agent: bool,
+    /// known_hosts file.
+    pub known_hosts: PathBuf,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// SFTP write size in bytes.
+    pub write_buffer_bytes: usize,
+}
+
+/// Validated `[clickhouse_local]`.
+#[derive(Debug, Clone)]
+pub struct ClickHouseLocalSettings {
+    /// The command.
+    pub command: PathBuf,
+    /// Parent of per-attempt work directories.
+    pub work_dir: PathBuf,
+    /// Timeout of one run.
+    pub timeout: Duration,
+}
+
+/// The config sections, for `CHPART_<SECTION>_<KEY>` overrides. Longest first so that
+/// `CHPART_CLICKHOUSE_LOCAL_COMMAND` is `clickhouse_local.command`, not `clickhouse.local_command`.
+const SECTIONS: &[&str] = &["clickhouse_local", "clickhouse", "transport", "staging", "ledger", "ssh"];
+
+impl Config {
+    /// Reads `path`, applies overrides from `env` (pass `std::env::vars()`), validates.
+    pub fn load(path: &Path, env: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Config::from_toml(&text, path, env)
+    }
+
+    /// Like [`Config::load`] from a string; `path` is only used in messages.
+    pub fn from_toml(
+        text: &str,
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let parse_err = |message: String| ConfigError::Parse { path: path.into(), message };
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+        let env: BTreeMap<String, String> = env.into_iter().collect();
+        apply_overrides(&mut table, &env)?;
+        let raw: RawConfig = table.try_into().map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+        raw.validate(&env)
+    }
+}
+
+fn apply_overrides(table: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    for (var, value) in env {
+        let Some(rest) = var.strip_prefix("CHPART_") else { continue };
+        if RESERVED_ENV.contains(&var.as_str()) {
+            continue;
+        }
+        let rest = rest.to_ascii_lowercase();
+        let Some((section, key)) = SECTIONS
+            .iter()
+            .find_map(|s| rest.strip_prefix(s).and_then(|k| k.strip_prefix('_')).map(|k| (*s, k)))
+            .filter(|(_, k)| !k.is_empty())
+        else {
+            return Err(ConfigError::UnknownOverride { var: var.clone(), sections: SECTIONS.join(", ") });
+        };
+        let entry = table
+            .entry(section)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(section_table) = entry else {
+            return Err(ConfigError::Invalid { key: section.into(), message: "must be a table".into() });
+        };
+        section_table.insert(key.to_owned(), override_value(value));
+    }
+    Ok(())
+}
+
+/// An override's value: an integer or boolean when it reads as one, else a string.
+fn override_value(value: &str) -> toml::Value {
+    if let Ok(n) = value.parse::<i64>() {
+        toml::Value::Integer(n)
+    } else if let Ok(b) = value.parse::<bool>() {
+        toml::Value::Boolean(b)
+    } else {
+        toml::Value::String(value.to_owned())
+    }
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.into(), message: message.into() }
+}
+
+fn positive_secs(key: &str, secs: u64) -> Result<Duration, ConfigError> {
+    if secs == 0 {
+        return Err(invalid(key, "must be at least 1 second"));
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+/// A ClickHouse identifier chpart creates objects under: `[A-Za-z_][A-Za-z0-9_]*`, at most 64 chars.
+fn check_ident(key: &str, value: &str) -> Result<(), ConfigError> {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && !value.starts_with(|c: char| c.is_ascii_digit())
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(key, format!("{value:?} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 64 characters)")))
+    }
+}
+
+/// An absolute POSIX path without `.`/`..` components; returned without a trailing slash.
+fn check_remote_path(key: &str, value: &str) -> Result<String, ConfigError> {
+    if !value.starts_with('/') {
+        return Err(invalid(key, format!("{value:?} must be an absolute path")));
+    }
+    if value.split('/').any(|c| c == "." || c == "..") || value.contains('\0') {
+        return Err(invalid(key, format!("{value:?} must not contain '.' or '..' components")));
+    }
+    let trimmed = value.trim_end_matches('/');
+    if trimmed.is_empty() {
+        return Err(invalid(key, "must not be the filesystem root"));
+    }
+    Ok(trimmed.to_owned())
+}
+
+/// The host part of an `http://host:port/...` URL.
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"))?;
+    let authority = rest.split('/').next()?;
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if host.starts_with('[') { host.split(']').next().map(|h| &h[1..]) } else { host.split(':').next() };
+    host.filter(|h| !h.is_empty())
+}
+
+fn read_secret(
+    file: Option<&Path>,
+    env_name: Option<&str>,
+    env: &BTreeMap<String, String>,
+) -> Result<Option<Secret>, ConfigError> {
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file).map_err(|e| ConfigError::Secret {
+            key: "clickhouse.password_file".into(),
+            source_name: file.display().to_string(),
+            message: e.to_string(),
+        })?;
+        return Ok(Some(Secret(text.trim_end_matches(['\n', '\r']).to_owned())));
+    }
+    let name = env_name.unwrap_or(DEFAULT_PASSWORD_ENV);
+    match env.get(name) {
+        Some(value) => Ok(Some(Secret(value.clone()))),
+        None if env_name.is_some() => Err(ConfigError::Secret {
+            key: "clickhouse.password_env".into(),
+            source_name: format!("environment variable {name}"),
+            message: "it is not set".into(),
+        }),
+        None => Ok(None),
+    }
+}
+
+impl RawConfig {
+    fn validate(self, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        let ch = self.clickhouse;
+        let host = url_host(&ch.url)
+            .ok_or_else(|| invalid("clickhouse.url", format!("{:?} is not an http:// or https:// URL with a host", ch.url)))?
+            .to_owned();
+        if ch.url.contains('@') {
+            return Err(invalid("clickhouse.url", "must not carry credentials; use clickhouse.user and password_file/password_env"));
+        }
+        if ch.password_file.is_some() && ch.password_env.is_some() {
+            return Err(invalid("clickhouse.password_file", "set either password_file or password_env, not both"));
+        }
+        let password = read_secret(ch.password_file.as_deref(), ch.password_env.as_deref(), env)?;
+        let clickhouse = ClickHouseSettings {
+            url: ch.url.trim_end_matches('/').to_owned(),
+            user: ch.user,
+            password,
+            request_timeout: positive_secs("clickhouse.request_timeout_secs", ch.request_timeout_secs)?,
+            host_name: ch.host_name.unwrap_or(host),
+        };
+
+        let transport = match (self.transport.kind, self.ssh) {
+            (TransportKind::Local, _) => Transport::Local,
+            (TransportKind::Sftp, None) => {
+                return Err(invalid("ssh", "transport.kind = \"sftp\" needs an [ssh] section"))
+            }
+            (TransportKind::Sftp, Some(ssh)) => {
+                if ssh.identity_file.is_none() && !ssh.use_agent {
+                    return Err(invalid("ssh.identity_file", "set identity_file or use_agent = true"));
+                }
+                if ssh.host.is_empty() {
+                    return Err(invalid("ssh.host", "must not be empty"));
+                }
+                if ssh.port == 0 {
+                    return Err(invalid("ssh.port", "must be 1-65535"));
+                }
+                if !(32..=16 * 1024).contains(&ssh.write_buffer_kib) {
+                    return Err(invalid("ssh.write_buffer_kib", "must be between 32 and 16384"));
+                }
+                Transport::Sftp(SshSettings {
+                    host: ssh.host,
+                    port: ssh.port,
+                    user: ssh.user,
+                    identity_file: ssh.identity_file,
+                    use_agent: ssh.use_agent,
+                    known_hosts: ssh.known_hosts,
+                    connect_timeout: positive_secs("ssh.connect_timeout_secs", ssh.connect_timeout_secs)?,
+                    write_buffer_bytes: ssh.write_buffer_kib * 1024,
+                })
+            }
+        };
+
+        let local = self.clickhouse_local;
+        if local.command.trim().is_empty() {
+            return Err(invalid("clickhouse_local.command", "must not be empty"));
+        }
+        let clickhouse_local = ClickHouseLocalSettings {
+            command: PathBuf::from(local.command),
+            work_dir: local.work_dir.unwrap_or_else(std::env::temp_dir),
+            timeout: positive_secs("clickhouse_local.timeout_secs", local.timeout_secs)?,
+        };
+
+        check_ident("ledger.database", &self.ledger.database)?;
+        Ok(Config {
+            clickhouse,
+            transport,
+            clickhouse_local,
+            staging_root: check_remote_path("staging.root", &self.staging.root)?,
+            ledger_database: self.ledger.database,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

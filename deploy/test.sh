@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every check and every test tier on this machine, installing what they need first.
+# This is what CI runs (.ci/run). Real components (ClickHouse 26.9 engine, sshd) are started by
+# the tests themselves, each with its own ports and directories.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+step() { printf '\n==> %s\n' "$*"; }
+
+step "install (deploy/install.sh)"
+bash deploy/install.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (warnings denied)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo doc (warnings denied)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+
+step "cargo test (unit, protocol and real-component tiers)"
+cargo test --workspace --locked

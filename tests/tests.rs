@@ -1,0 +1,6 @@
+//! chpart's integration tests: one binary (ripgrep-style), one module per area. Each test that
+//! needs a real component (ClickHouse 26.9 engine, clickhouse-local, sshd) starts or shares it
+//! through `chpart-testenv` and fails loudly when it is not installed.
+
+mod launcher;
+mod smoke;
