@@ -17,7 +17,10 @@ fn harness_server_starts_pings_stops_and_keeps_data_across_restart() {
     let old_port = server.http_port;
     let server = server.restart();
     assert_ne!(server.http_port, old_port, "restart uses fresh ports");
-    assert_eq!(server.q("SELECT count(), sum(x) FROM keep.t").trim(), "1000\t499500");
+    assert_eq!(
+        server.q("SELECT count(), sum(x) FROM keep.t").trim(),
+        "1000\t499500"
+    );
 }
 
 #[test]
@@ -27,13 +30,30 @@ fn daemon_start_status_stop_commands() {
     let (http, tcp) = (free_port(), free_port());
     let script = deploy_script("clickhouse-server");
     let run_cmd = |args: &[&str]| {
-        let out = Command::new(&script).args(args).output().expect("run deploy/clickhouse-server");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(&script)
+            .args(args)
+            .output()
+            .expect("run deploy/clickhouse-server");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         (out.status.code(), text)
     };
     let (data_s, run_s) = (data.to_str().unwrap(), run.to_str().unwrap());
     let (http_s, tcp_s) = (http.to_string(), tcp.to_string());
-    let start = ["start", "--data", data_s, "--run-dir", run_s, "--http-port", &http_s, "--tcp-port", &tcp_s];
+    let start = [
+        "start",
+        "--data",
+        data_s,
+        "--run-dir",
+        run_s,
+        "--http-port",
+        &http_s,
+        "--tcp-port",
+        &tcp_s,
+    ];
 
     let (code, text) = run_cmd(&start);
     assert_eq!(code, Some(0), "start failed: {text}");
@@ -45,10 +65,21 @@ fn daemon_start_status_stop_commands() {
     let other = scratch_dir("launcher-other");
     let other_run = other.path().join("run");
     let (code, text) = run_cmd(&[
-        "start", "--data", other.path().join("data").to_str().unwrap(), "--run-dir", other_run.to_str().unwrap(),
-        "--http-port", &http_s, "--tcp-port", &tcp_s,
+        "start",
+        "--data",
+        other.path().join("data").to_str().unwrap(),
+        "--run-dir",
+        other_run.to_str().unwrap(),
+        "--http-port",
+        &http_s,
+        "--tcp-port",
+        &tcp_s,
     ]);
-    assert_ne!(code, Some(0), "second start on used ports succeeded: {text}");
+    assert_ne!(
+        code,
+        Some(0),
+        "second start on used ports succeeded: {text}"
+    );
     assert!(text.contains("already in use"), "{text}");
 
     let (code, text) = run_cmd(&["stop", "--run-dir", run_s]);

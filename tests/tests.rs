@@ -2,5 +2,6 @@
 //! needs a real component (ClickHouse 26.9 engine, clickhouse-local, sshd) starts or shares it
 //! through `chpart-testenv` and fails loudly when it is not installed.
 
+mod cli;
 mod launcher;
 mod smoke;

@@ -118,7 +118,11 @@ pub fn parse_exception(text: &str) -> Option<(u32, Option<String>, String)> {
         .rfind('(')
         .map(|i| &message[i + 1..])
         .and_then(|s| s.strip_suffix(')'))
-        .filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit()))
+        .filter(|s| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
+        })
         .map(str::to_owned);
     Some((code, name, message.trim().to_owned()))
 }
@@ -141,7 +145,11 @@ mod tests {
         ];
         for (text, code, name, message) in cases {
             let (c, n, m) = parse_exception(text).unwrap_or_else(|| panic!("no code in {text}"));
-            assert_eq!((c, n.as_deref(), m.as_str()), (*code, *name, *message), "{text}");
+            assert_eq!(
+                (c, n.as_deref(), m.as_str()),
+                (*code, *name, *message),
+                "{text}"
+            );
         }
         assert_eq!(parse_exception("connection refused"), None);
     }
@@ -155,13 +163,42 @@ mod tests {
             message: "m".into(),
             statement: "s".into(),
         };
-        let transport = || ServerError::Transport { endpoint: "e".into(), detail: "d".into(), statement: "s".into() };
+        let transport = || ServerError::Transport {
+            endpoint: "e".into(),
+            detail: "d".into(),
+            statement: "s".into(),
+        };
         let rows: Vec<(&str, ServerError, bool, ErrorClass)> = vec![
-            ("too many parts is transient", server(252), false, ErrorClass::Transient),
-            ("part not found is permanent", server(233), false, ErrorClass::Permanent),
-            ("syntax error is permanent", server(62), true, ErrorClass::Permanent),
-            ("lost connection on a SELECT: retry", transport(), true, ErrorClass::Transient),
-            ("lost connection on ATTACH: reconcile", transport(), false, ErrorClass::Unknown),
+            (
+                "too many parts is transient",
+                server(252),
+                false,
+                ErrorClass::Transient,
+            ),
+            (
+                "part not found is permanent",
+                server(233),
+                false,
+                ErrorClass::Permanent,
+            ),
+            (
+                "syntax error is permanent",
+                server(62),
+                true,
+                ErrorClass::Permanent,
+            ),
+            (
+                "lost connection on a SELECT: retry",
+                transport(),
+                true,
+                ErrorClass::Transient,
+            ),
+            (
+                "lost connection on ATTACH: reconcile",
+                transport(),
+                false,
+                ErrorClass::Unknown,
+            ),
         ];
         for (name, err, idempotent, want) in rows {
             assert_eq!(err.class(idempotent), want, "{name}");

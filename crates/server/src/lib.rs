@@ -148,7 +148,9 @@ pub struct Server {
 
 impl fmt::Debug for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Server").field("endpoint", &self.endpoint).finish()
+        f.debug_struct("Server")
+            .field("endpoint", &self.endpoint)
+            .finish()
     }
 }
 
@@ -176,7 +178,11 @@ impl Server {
         if let Some(password) = &config.password {
             client = client.with_password(password.expose());
         }
-        Server { client, endpoint: config.url.clone(), timeout: config.request_timeout }
+        Server {
+            client,
+            endpoint: config.url.clone(),
+            timeout: config.request_timeout,
+        }
     }
 
     /// The endpoint URL, for messages.
@@ -206,11 +212,25 @@ impl Server {
         let statement = short(statement);
         let text = e.to_string();
         if let Some((code, name, message)) = parse_exception(&text) {
-            return ServerError::Server { endpoint, code, name, message, statement };
+            return ServerError::Server {
+                endpoint,
+                code,
+                name,
+                message,
+                statement,
+            };
         }
         match e {
-            E::Network(_) | E::TimedOut => ServerError::Transport { endpoint, detail: text, statement },
-            _ => ServerError::Protocol { endpoint, detail: text, statement },
+            E::Network(_) | E::TimedOut => ServerError::Transport {
+                endpoint,
+                detail: text,
+                statement,
+            },
+            _ => ServerError::Protocol {
+                endpoint,
+                detail: text,
+                statement,
+            },
         }
     }
 
@@ -219,8 +239,17 @@ impl Server {
         self.run(sql, self.client.query_raw(sql).execute()).await
     }
 
-    /// Runs a query with `{name: Type}` parameters and returns all rows.
-    async fn fetch<T>(&self, sql: &str, params: &[(&str, &str)]) -> Result<Vec<T>, ServerError>
+    /// Runs a statement with `{name: Type}` server-side parameters that returns no rows.
+    pub async fn execute_with(&self, sql: &str, params: &[(&str, &str)]) -> Result<(), ServerError> {
+        let mut query = self.client.query_raw(sql);
+        for (name, value) in params {
+            query = query.param(name, *value);
+        }
+        self.run(sql, query.execute()).await
+    }
+
+    /// Runs a query with `{name: Type}` server-side parameters and returns all rows.
+    pub async fn fetch<T>(&self, sql: &str, params: &[(&str, &str)]) -> Result<Vec<T>, ServerError>
     where
         T: Row + for<'b> Deserialize<'b> + 'static,
         for<'b> T: Row<Value<'b> = T>,
@@ -235,19 +264,27 @@ impl Server {
     /// The server's version string, e.g. `26.9.2.1`.
     pub async fn version(&self) -> Result<String, ServerError> {
         let sql = "SELECT version()";
-        self.run(sql, self.client.query_raw(sql).fetch_one::<String>()).await
+        self.run(sql, self.client.query_raw(sql).fetch_one::<String>())
+            .await
     }
 
     /// Whether `database` exists.
     pub async fn database_exists(&self, database: &str) -> Result<bool, ServerError> {
         let rows: Vec<u8> = self
-            .fetch("SELECT 1::UInt8 FROM system.databases WHERE name = {db:String}", &[("db", database)])
+            .fetch(
+                "SELECT 1::UInt8 FROM system.databases WHERE name = {db:String}",
+                &[("db", database)],
+            )
             .await?;
         Ok(!rows.is_empty())
     }
 
     /// The table's definition and data paths, or `None` if it does not exist.
-    pub async fn table_info(&self, database: &str, table: &str) -> Result<Option<TableInfo>, ServerError> {
+    pub async fn table_info(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Option<TableInfo>, ServerError> {
         let sql = "SELECT database, name, toString(uuid) AS uuid, engine, engine_full, create_table_query, \
                    partition_key, sorting_key, primary_key, sampling_key, storage_policy, data_paths \
                    FROM system.tables WHERE database = {db:String} AND name = {t:String}";
@@ -256,14 +293,23 @@ impl Server {
     }
 
     /// The table's columns in order.
-    pub async fn columns(&self, database: &str, table: &str) -> Result<Vec<ColumnInfo>, ServerError> {
+    pub async fn columns(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Vec<ColumnInfo>, ServerError> {
         let sql = "SELECT name, type, default_kind, default_expression FROM system.columns \
                    WHERE database = {db:String} AND table = {t:String} ORDER BY position";
         self.fetch(sql, &[("db", database), ("t", table)]).await
     }
 
     /// The table's parts; with `active_only`, only those visible to queries.
-    pub async fn parts(&self, database: &str, table: &str, active_only: bool) -> Result<Vec<PartInfo>, ServerError> {
+    pub async fn parts(
+        &self,
+        database: &str,
+        table: &str,
+        active_only: bool,
+    ) -> Result<Vec<PartInfo>, ServerError> {
         let sql = format!(
             "SELECT name, partition_id, toUInt64(rows) AS rows, toUInt64(bytes_on_disk) AS bytes_on_disk, \
              hash_of_all_files, toUInt32(level) AS level, toBool(active) AS active, disk_name, path \
@@ -274,7 +320,11 @@ impl Server {
     }
 
     /// Everything in the table's `detached/` directories.
-    pub async fn detached_parts(&self, database: &str, table: &str) -> Result<Vec<DetachedPartInfo>, ServerError> {
+    pub async fn detached_parts(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Vec<DetachedPartInfo>, ServerError> {
         let sql = "SELECT name, partition_id, nullIf(reason, '') AS reason, disk, path, \
                    toUInt64(bytes_on_disk) AS bytes_on_disk \
                    FROM system.detached_parts WHERE database = {db:String} AND table = {t:String} ORDER BY name";
@@ -292,13 +342,27 @@ impl Server {
     /// `ALTER TABLE db.t ATTACH PART '<name>'`: the server claims `detached/<name>` by renaming
     /// it, so a part can be attached at most once. Not idempotent: after a transport error the
     /// caller must look at `system.parts` and `detached/` before doing anything else.
-    pub async fn attach_part(&self, database: &str, table: &str, part: &str) -> Result<(), ServerError> {
-        let sql = format!("ALTER TABLE {} ATTACH PART {}", quote_table(database, table), quote_str(part));
+    pub async fn attach_part(
+        &self,
+        database: &str,
+        table: &str,
+        part: &str,
+    ) -> Result<(), ServerError> {
+        let sql = format!(
+            "ALTER TABLE {} ATTACH PART {}",
+            quote_table(database, table),
+            quote_str(part)
+        );
         self.execute(&sql).await
     }
 
     /// `ALTER TABLE db.t DROP DETACHED PART '<name>'` with `allow_drop_detached = 1`.
-    pub async fn drop_detached_part(&self, database: &str, table: &str, part: &str) -> Result<(), ServerError> {
+    pub async fn drop_detached_part(
+        &self,
+        database: &str,
+        table: &str,
+        part: &str,
+    ) -> Result<(), ServerError> {
         let sql = format!(
             "ALTER TABLE {} DROP DETACHED PART {} SETTINGS allow_drop_detached = 1",
             quote_table(database, table),
@@ -310,7 +374,8 @@ impl Server {
     /// `count()` of the table.
     pub async fn count(&self, database: &str, table: &str) -> Result<u64, ServerError> {
         let sql = format!("SELECT count() FROM {}", quote_table(database, table));
-        self.run(&sql, self.client.query_raw(&sql).fetch_one::<u64>()).await
+        self.run(&sql, self.client.query_raw(&sql).fetch_one::<u64>())
+            .await
     }
 }
 

@@ -15,7 +15,10 @@ fn client(server: &ClickHouse) -> Server {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -34,29 +37,57 @@ fn reads_definitions_parts_and_detached_parts() {
         assert!(server.database_exists(d).await.unwrap());
         assert!(!server.database_exists("no_such_db_here").await.unwrap());
 
-        let info = server.table_info(d, "ev").await.unwrap().expect("table exists");
+        let info = server
+            .table_info(d, "ev")
+            .await
+            .unwrap()
+            .expect("table exists");
         assert_eq!(info.engine, "MergeTree");
         assert_eq!(info.partition_key, "toYYYYMM(ts)");
         assert_eq!(info.sorting_key, "id");
         assert_eq!(info.data_paths.len(), 1);
-        assert!(info.data_paths[0].starts_with(ch.data_dir.to_str().unwrap()), "{:?}", info.data_paths);
+        assert!(
+            info.data_paths[0].starts_with(ch.data_dir.to_str().unwrap()),
+            "{:?}",
+            info.data_paths
+        );
         assert!(info.create_table_query.starts_with("CREATE TABLE"));
         assert!(server.table_info(d, "missing").await.unwrap().is_none());
 
         let columns = server.columns(d, "ev").await.unwrap();
-        let shape: Vec<(&str, &str, &str)> =
-            columns.iter().map(|c| (c.name.as_str(), c.type_name.as_str(), c.default_kind.as_str())).collect();
-        assert_eq!(shape, [("ts", "DateTime", ""), ("id", "UInt64", ""), ("name", "LowCardinality(String)", "DEFAULT")]);
+        let shape: Vec<(&str, &str, &str)> = columns
+            .iter()
+            .map(|c| {
+                (
+                    c.name.as_str(),
+                    c.type_name.as_str(),
+                    c.default_kind.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("ts", "DateTime", ""),
+                ("id", "UInt64", ""),
+                ("name", "LowCardinality(String)", "DEFAULT")
+            ]
+        );
 
         let parts = server.parts(d, "ev", true).await.unwrap();
         assert_eq!(parts.len(), 2);
-        assert!(parts.iter().all(|p| p.rows == 1 && p.active && p.hash_of_all_files.len() == 32));
+        assert!(parts
+            .iter()
+            .all(|p| p.rows == 1 && p.active && p.hash_of_all_files.len() == 32));
         assert_eq!(server.count(d, "ev").await.unwrap(), 2);
         assert_eq!(server.pending_mutations(d, "ev").await.unwrap(), 0);
 
         // DETACH, see it in detached/, ATTACH it back by exact name, and attach twice fails.
         let jan = parts.iter().find(|p| p.partition_id == "202601").unwrap();
-        server.execute(&format!("ALTER TABLE `{d}`.ev DETACH PART '{}'", jan.name)).await.unwrap();
+        server
+            .execute(&format!("ALTER TABLE `{d}`.ev DETACH PART '{}'", jan.name))
+            .await
+            .unwrap();
         let detached = server.detached_parts(d, "ev").await.unwrap();
         assert_eq!(detached.len(), 1, "{detached:?}");
         assert_eq!(detached[0].name, jan.name);
@@ -72,7 +103,10 @@ fn reads_definitions_parts_and_detached_parts() {
 
         // DROP DETACHED PART removes a detached part for good.
         let feb = parts.iter().find(|p| p.partition_id == "202602").unwrap();
-        server.execute(&format!("ALTER TABLE `{d}`.ev DETACH PART '{}'", feb.name)).await.unwrap();
+        server
+            .execute(&format!("ALTER TABLE `{d}`.ev DETACH PART '{}'", feb.name))
+            .await
+            .unwrap();
         server.drop_detached_part(d, "ev", &feb.name).await.unwrap();
         assert!(server.detached_parts(d, "ev").await.unwrap().is_empty());
         assert_eq!(server.count(d, "ev").await.unwrap(), 1);
@@ -83,9 +117,16 @@ fn reads_definitions_parts_and_detached_parts() {
 fn server_errors_carry_code_name_and_statement() {
     let ch = shared();
     let server = client(ch);
-    let err = runtime().block_on(server.execute("SELECT * FROM no_db_xyz.no_table")).unwrap_err();
+    let err = runtime()
+        .block_on(server.execute("SELECT * FROM no_db_xyz.no_table"))
+        .unwrap_err();
     match &err {
-        ServerError::Server { code, name, statement, .. } => {
+        ServerError::Server {
+            code,
+            name,
+            statement,
+            ..
+        } => {
             assert_eq!(*code, 81, "{err}");
             assert_eq!(name.as_deref(), Some("UNKNOWN_DATABASE"));
             assert!(statement.contains("no_db_xyz"));
@@ -104,9 +145,15 @@ fn unreachable_server_is_a_transport_error() {
         password: Some(chpart_server::Secret::new("hunter2-secret")),
         request_timeout: Duration::from_secs(10),
     });
-    let err = runtime().block_on(server.attach_part("d", "t", "all_1_1_0")).unwrap_err();
+    let err = runtime()
+        .block_on(server.attach_part("d", "t", "all_1_1_0"))
+        .unwrap_err();
     assert!(matches!(err, ServerError::Transport { .. }), "{err:?}");
-    assert_eq!(err.class(false), ErrorClass::Unknown, "ATTACH after a transport error must be reconciled");
+    assert_eq!(
+        err.class(false),
+        ErrorClass::Unknown,
+        "ATTACH after a transport error must be reconciled"
+    );
     assert_eq!(err.class(true), ErrorClass::Transient);
     let text = format!("{err} {err:?} {server:?}");
     assert!(text.contains(&port.to_string()));

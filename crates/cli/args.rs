@@ -1,0 +1,155 @@
+//! Subcommands and their arguments.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use chpart_config::Config;
+use chpart_core::{LoadId, TableRef};
+use chpart_protocol::begin::{begin, BeginOutcome, BeginRequest};
+use chpart_protocol::ledger::{Mode, Visibility};
+use chpart_protocol::store::Ledger;
+use chpart_protocol::FailureKind;
+use chpart_server::{Secret, Server, ServerConfig};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::exit::{self, Failure};
+
+/// Exactly-once loads into ClickHouse: build native MergeTree parts in the batch job, publish
+/// them into detached/ under attempt-scoped names, attach only the winners' parts.
+#[derive(Debug, Parser)]
+#[command(name = "chpart", version, after_help = exit::HELP)]
+pub struct Cli {
+    /// More log output on stderr (-v debug, -vv trace); CHPART_LOG takes a filter instead.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Open a load (once, on the driver, before the job): record it in the ledger and snapshot
+    /// the target table's definition for the executors. Re-running it for an open load with the
+    /// same arguments is a no-op; for a finished load it exits with status 5.
+    #[command(after_help = exit::HELP)]
+    Begin(BeginArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ConfigArg {
+    /// The chpart config file (TOML; see deploy/chpart.example.toml).
+    #[arg(long, env = "CHPART_CONFIG", value_name = "FILE")]
+    pub config: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    /// Add the load's rows to the table.
+    Append,
+    /// Replace every partition the load touches, atomically for readers (historical reloads).
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum VisibilityArg {
+    /// Each partition of the load appears at once (parts go through a shadow table).
+    Partition,
+    /// Each part appears as it is attached; the load as a whole is not atomic.
+    Part,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BeginArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Target table as DATABASE.TABLE.
+    #[arg(long, value_name = "DB.TABLE")]
+    pub table: String,
+    /// The load id: unique per load, [A-Za-z0-9._-], e.g. events-2026-11-30T09.
+    #[arg(long, value_name = "LOAD_ID")]
+    pub load: String,
+    /// Append rows, or replace the partitions the load touches.
+    #[arg(long, value_enum, default_value = "append")]
+    pub mode: ModeArg,
+    /// How the load becomes visible at commit.
+    #[arg(long, value_enum, default_value = "partition")]
+    pub visibility: VisibilityArg,
+    /// Print the load's spec as one JSON line on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    match cli.command {
+        Command::Begin(args) => run_begin(args),
+    }
+}
+
+fn usage(e: impl Into<anyhow::Error>) -> Failure {
+    Failure::new(FailureKind::Usage, e)
+}
+
+fn load_config(arg: &ConfigArg) -> Result<Config, Failure> {
+    Config::load(&arg.config, std::env::vars()).map_err(usage)
+}
+
+fn server_of(config: &Config) -> Server {
+    let ch = &config.clickhouse;
+    Server::new(&ServerConfig {
+        url: ch.url.clone(),
+        user: ch.user.clone(),
+        password: ch.password.as_ref().map(|p| Secret::new(p.expose())),
+        request_timeout: ch.request_timeout,
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("start the async runtime")
+        .map_err(|e| Failure::new(FailureKind::Permanent, e))
+}
+
+fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
+    let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
+    let target: TableRef = args.table.parse().context("--table").map_err(usage)?;
+    let config = load_config(&args.config)?;
+    let request = BeginRequest {
+        load,
+        target,
+        mode: match args.mode {
+            ModeArg::Append => Mode::Append,
+            ModeArg::Replace => Mode::Replace,
+        },
+        visibility: match args.visibility {
+            VisibilityArg::Partition => Visibility::Partition,
+            VisibilityArg::Part => Visibility::Part,
+        },
+        host: config.clickhouse.host_name.clone(),
+    };
+    let ledger = Ledger::new(server_of(&config), &config.ledger_database);
+    let outcome = runtime()?
+        .block_on(begin(&ledger, &request))
+        .map_err(|e| Failure::new(e.kind(), e))?;
+    let spec = outcome.spec();
+    if args.json {
+        println!("{}", serde_json::to_string(spec).expect("a LoadSpec serializes"));
+    }
+    let what = match outcome {
+        BeginOutcome::Opened(_) => "opened",
+        BeginOutcome::AlreadyOpen(_) => "already open (no change)",
+    };
+    tracing::info!(
+        "load {} {what}: table {}, mode {}, visibility {}, executors publish into {} ({})",
+        spec.load,
+        spec.target,
+        spec.mode,
+        spec.visibility,
+        spec.publish,
+        spec.publish_snapshot.data_paths.first().map(String::as_str).unwrap_or("?"),
+    );
+    Ok(exit::ok())
+}

@@ -1,0 +1,220 @@
+//! `begin`: open a load in the ledger and snapshot what every executor needs.
+//!
+//! Runs once on the driver before the batch job. It records a [`LoadSpec`] (target table, mode,
+//! visibility, the exact table definition, data paths, server version, fingerprint) under the
+//! entry id `open`, after creating the shadow table executors publish into when the load's
+//! partitions must appear atomically. Re-running it for an open load with the same request is
+//! a no-op; for a committed or aborted load it refuses ([`BeginError::NotOpen`]).
+
+use chpart_core::{LoadId, TableName, TableRef};
+use chpart_server::{quote_table, ServerError};
+use sha2::{Digest, Sha256};
+
+use crate::ledger::{kind, LoadSpec, LoadState, Mode, Visibility};
+use crate::snapshot::TableSnapshot;
+use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
+
+/// Entry id of the load-opened fact.
+pub const OPEN_ENTRY: &str = "open";
+
+/// What the driver asks for.
+#[derive(Debug, Clone)]
+pub struct BeginRequest {
+    /// The load id (unique per load; e.g. `events-2026-11-30T09`).
+    pub load: LoadId,
+    /// The table the rows go into.
+    pub target: TableRef,
+    /// Append or replace.
+    pub mode: Mode,
+    /// Partition or part visibility.
+    pub visibility: Visibility,
+    /// Host name recorded in manifests.
+    pub host: String,
+}
+
+/// What `begin` did.
+#[derive(Debug, Clone)]
+pub enum BeginOutcome {
+    /// The load was opened now.
+    Opened(LoadSpec),
+    /// The load was already open with the same request: nothing changed.
+    AlreadyOpen(LoadSpec),
+}
+
+impl BeginOutcome {
+    /// The load's spec either way.
+    pub fn spec(&self) -> &LoadSpec {
+        match self {
+            BeginOutcome::Opened(spec) | BeginOutcome::AlreadyOpen(spec) => spec,
+        }
+    }
+}
+
+/// Why `begin` refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BeginError {
+    /// The load is committed or aborted: it cannot be begun again.
+    #[error("load {load} is already {state}; a finished load cannot be begun again (use a new load id)")]
+    NotOpen {
+        /// The load.
+        load: LoadId,
+        /// Its state (`committed` or `aborted`).
+        state: &'static str,
+    },
+    /// The load is open with a different request.
+    #[error("load {load} is already open for {existing}; this request is for {requested}")]
+    Conflict {
+        /// The load.
+        load: LoadId,
+        /// What the open load is for.
+        existing: String,
+        /// What was asked now.
+        requested: String,
+    },
+    /// The target table does not exist.
+    #[error("table {table} does not exist on {endpoint}")]
+    TableMissing {
+        /// The table.
+        table: TableRef,
+        /// The server.
+        endpoint: String,
+    },
+    /// The request cannot work for this table.
+    #[error("table {table}: {message}")]
+    Unsupported {
+        /// The table.
+        table: TableRef,
+        /// Why.
+        message: String,
+    },
+    /// A server call failed.
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    /// The ledger failed.
+    #[error(transparent)]
+    Ledger(#[from] LedgerStoreError),
+}
+
+/// The shadow table of `target` for `load`: same database, a name derived from both, so two
+/// loads of one table never share a shadow.
+pub fn shadow_table(target: &TableRef, load: &LoadId) -> Result<TableRef, BeginError> {
+    let digest = Sha256::digest(load.as_str().as_bytes());
+    let name = format!("{}__chpart_{}", target.table.as_str(), &hex::encode(digest)[..12]);
+    let table: TableName = name.parse().map_err(|e| BeginError::Unsupported {
+        table: target.clone(),
+        message: format!("its name is too long for a shadow table name ({e})"),
+    })?;
+    Ok(TableRef { database: target.database.clone(), table })
+}
+
+fn describe(target: &TableRef, mode: Mode, visibility: Visibility) -> String {
+    format!("table {target}, mode {mode}, visibility {visibility}")
+}
+
+/// Opens `req.load`, or confirms it is open with the same request.
+pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, BeginError> {
+    let server = ledger.server();
+    ledger.ensure().await?;
+    let view = ledger.view(&req.load, &[]).await?;
+    if let Some(outcome) = existing_outcome(&view.state, view.spec.as_ref(), req)? {
+        return Ok(outcome);
+    }
+    if req.mode == Mode::Replace && req.visibility == Visibility::Part {
+        return Err(BeginError::Unsupported {
+            table: req.target.clone(),
+            message: "replace mode swaps whole partitions from a shadow table; it needs --visibility partition".into(),
+        });
+    }
+    let (db, table) = (req.target.database.as_str(), req.target.table.as_str());
+    let info = server.table_info(db, table).await?.ok_or_else(|| BeginError::TableMissing {
+        table: req.target.clone(),
+        endpoint: server.endpoint().to_owned(),
+    })?;
+    let target_snapshot = TableSnapshot::from_server(&info, &server.columns(db, table).await?);
+    if !target_snapshot.engine_supported() {
+        return Err(BeginError::Unsupported {
+            table: req.target.clone(),
+            message: format!(
+                "engine {} is not supported (chpart builds parts for non-replicated MergeTree-family tables)",
+                target_snapshot.engine
+            ),
+        });
+    }
+    if target_snapshot.data_paths.is_empty() {
+        return Err(BeginError::Unsupported { table: req.target.clone(), message: "the server reports no data path".into() });
+    }
+
+    let (publish, publish_snapshot) = match req.visibility {
+        Visibility::Part => (req.target.clone(), target_snapshot.clone()),
+        Visibility::Partition => {
+            let shadow = shadow_table(&req.target, &req.load)?;
+            server
+                .execute(&format!(
+                    "CREATE TABLE IF NOT EXISTS {} AS {}",
+                    quote_table(shadow.database.as_str(), shadow.table.as_str()),
+                    quote_table(db, table)
+                ))
+                .await?;
+            let (sdb, stable) = (shadow.database.as_str(), shadow.table.as_str());
+            let info = server.table_info(sdb, stable).await?.ok_or_else(|| BeginError::TableMissing {
+                table: shadow.clone(),
+                endpoint: server.endpoint().to_owned(),
+            })?;
+            let snapshot = TableSnapshot::from_server(&info, &server.columns(sdb, stable).await?);
+            if snapshot.fingerprint != target_snapshot.fingerprint {
+                return Err(BeginError::Unsupported {
+                    table: shadow.clone(),
+                    message: format!(
+                        "this shadow table exists with a different structure than {} (fingerprint {} vs {}); \
+                         drop it or use a new load id",
+                        req.target, snapshot.fingerprint, target_snapshot.fingerprint
+                    ),
+                });
+            }
+            (shadow, snapshot)
+        }
+    };
+
+    let spec = LoadSpec {
+        load: req.load.clone(),
+        target: req.target.clone(),
+        mode: req.mode,
+        visibility: req.visibility,
+        publish,
+        target_snapshot,
+        publish_snapshot,
+        server_version: server.version().await?,
+        host: req.host.clone(),
+        opened_at_unix_ms: now_unix_ms(),
+    };
+    let body = serde_json::to_string(&spec).expect("a LoadSpec serializes");
+    ledger.append(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body).await?;
+    // Read back: if another `begin` of the same load won the race, its spec is the load's.
+    let view = ledger.view(&req.load, &[]).await?;
+    match view.spec {
+        Some(winner) if winner == spec => Ok(BeginOutcome::Opened(spec)),
+        winner => Ok(existing_outcome(&view.state, winner.as_ref(), req)?.unwrap_or(BeginOutcome::Opened(spec))),
+    }
+}
+
+/// The outcome for a load that already has entries, or `None` when it has none.
+fn existing_outcome(
+    state: &LoadState,
+    spec: Option<&LoadSpec>,
+    req: &BeginRequest,
+) -> Result<Option<BeginOutcome>, BeginError> {
+    match (state, spec) {
+        (LoadState::Committed | LoadState::Aborted, _) => {
+            Err(BeginError::NotOpen { load: req.load.clone(), state: state.as_str() })
+        }
+        (LoadState::Open, Some(spec)) if spec.same_request(&req.target, req.mode, req.visibility) => {
+            Ok(Some(BeginOutcome::AlreadyOpen(spec.clone())))
+        }
+        (LoadState::Open, Some(spec)) => Err(BeginError::Conflict {
+            load: req.load.clone(),
+            existing: describe(&spec.target, spec.mode, spec.visibility),
+            requested: describe(&req.target, req.mode, req.visibility),
+        }),
+        _ => Ok(None),
+    }
+}

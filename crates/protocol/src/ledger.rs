@@ -1,0 +1,280 @@
+//! The ledger: the durable, append-only record of every load and every step of it.
+//!
+//! It lives in ClickHouse itself (a MergeTree table in the configured database, created on first
+//! use, with fsync on insert) because every party must read it: the driver that opens and
+//! commits a load, a driver restarted on another machine, and every executor, which checks just
+//! before publishing that its load is still open (fencing). Entries are never updated; the state
+//! of a load is derived by replaying them ([`replay`], pure, tested with scenario tables).
+//!
+//! Writes are idempotent: every entry carries an `entry_id` that names the fact it records
+//! (`open`, `commit`, `attach:<part>`, ...), and replay keeps the first entry of each id, so a
+//! retried insert, or two drivers recording the same fact, change nothing. Two *different*
+//! terminal facts (a commit and an abort) can both be written by racing processes; the first
+//! one written wins and the other is reported as a conflict by whoever wrote it.
+
+use std::collections::HashSet;
+
+use chpart_core::{LoadId, TableRef};
+use serde::{Deserialize, Serialize};
+
+use crate::snapshot::TableSnapshot;
+
+/// The ledger table's name inside the ledger database.
+pub const LEDGER_TABLE: &str = "ledger";
+
+/// How a load's rows relate to what the target already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Add the load's rows to the target.
+    Append,
+    /// Replace each partition the load touches, atomically for readers (historical reloads).
+    Replace,
+}
+
+/// When the load's rows become visible to readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Visibility {
+    /// Each partition of the load appears at once (parts go through a shadow table).
+    Partition,
+    /// Each part appears when it is attached; the load as a whole is not atomic.
+    Part,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Append => "append",
+            Mode::Replace => "replace",
+        })
+    }
+}
+
+impl std::fmt::Display for Visibility {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Visibility::Partition => "partition",
+            Visibility::Part => "part",
+        })
+    }
+}
+
+/// What `begin` records: everything an executor needs to build parts for this load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    /// The load.
+    pub load: LoadId,
+    /// The table the rows are for.
+    pub target: TableRef,
+    /// Append or replace.
+    pub mode: Mode,
+    /// Partition or part visibility.
+    pub visibility: Visibility,
+    /// The table whose `detached/` executors publish into: a shadow table of the target for
+    /// partition visibility, the target itself for part visibility.
+    pub publish: TableRef,
+    /// The target's definition when the load began.
+    pub target_snapshot: TableSnapshot,
+    /// The publish table's definition and data paths (equal to the target's for part visibility).
+    pub publish_snapshot: TableSnapshot,
+    /// The server's version when the load began.
+    pub server_version: String,
+    /// Host name parts are published on (from the config), recorded in manifests.
+    pub host: String,
+    /// When the load began (ms since the Unix epoch).
+    pub opened_at_unix_ms: u64,
+}
+
+/// The arguments of `begin` that must match for a re-run to be a no-op.
+impl LoadSpec {
+    /// Whether `other` asks for the same load (same table, mode, visibility).
+    pub fn same_request(&self, target: &TableRef, mode: Mode, visibility: Visibility) -> bool {
+        &self.target == target && self.mode == mode && self.visibility == visibility
+    }
+}
+
+/// One row of the ledger table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The load.
+    pub load_id: String,
+    /// Idempotency key: the fact this entry records.
+    pub entry_id: String,
+    /// What kind of fact.
+    pub kind: String,
+    /// When it was written (ms since the Unix epoch, server clock).
+    pub written_at_ms: i64,
+    /// Who wrote it (`host:pid`), for operators.
+    pub writer: String,
+    /// JSON body.
+    pub body: String,
+}
+
+/// Entry kinds this chpart writes and understands.
+pub mod kind {
+    /// `begin` opened the load; body: [`super::LoadSpec`].
+    pub const LOAD_OPENED: &str = "load_opened";
+    /// The load is committed; body: a summary.
+    pub const LOAD_COMMITTED: &str = "load_committed";
+    /// The load is aborted; body: the reason.
+    pub const LOAD_ABORTED: &str = "load_aborted";
+}
+
+/// A load's state, derived from its entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadState {
+    /// No entry: the load was never begun.
+    Unknown,
+    /// Begun, neither committed nor aborted: executors may publish.
+    Open,
+    /// Committed: nothing may be published any more.
+    Committed,
+    /// Aborted: nothing may be published any more.
+    Aborted,
+}
+
+impl LoadState {
+    /// Name for messages and `status`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LoadState::Unknown => "unknown",
+            LoadState::Open => "open",
+            LoadState::Committed => "committed",
+            LoadState::Aborted => "aborted",
+        }
+    }
+}
+
+/// The result of replaying a load's entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadView {
+    /// The state.
+    pub state: LoadState,
+    /// The spec recorded by `begin`, if it was.
+    pub spec: Option<LoadSpec>,
+    /// Entries after de-duplication, in write order.
+    pub entries: Vec<Entry>,
+}
+
+/// A ledger that cannot be interpreted.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// An entry's body is not what its kind promises.
+    #[error("ledger entry {entry_id:?} ({kind}) of load {load}: {message}")]
+    BadEntry {
+        /// The load.
+        load: String,
+        /// The entry.
+        entry_id: String,
+        /// Its kind.
+        kind: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An entry of a kind this chpart does not know: written by a newer chpart.
+    #[error("ledger entry {entry_id:?} of load {load} has kind {kind:?}, unknown to this chpart (written by a newer version?)")]
+    UnknownKind {
+        /// The load.
+        load: String,
+        /// The entry.
+        entry_id: String,
+        /// Its kind.
+        kind: String,
+    },
+}
+
+/// Derives a load's state from its entries (any order; sorted here by write time, then id).
+/// The first entry of each `entry_id` counts; the first terminal entry (commit or abort) fixes
+/// the state. Entries of kinds this function does not interpret but later steps write (plans,
+/// attach outcomes) are kept in `entries` for those steps.
+pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView, LedgerError> {
+    entries.sort_by(|a, b| (a.written_at_ms, &a.entry_id).cmp(&(b.written_at_ms, &b.entry_id)));
+    let mut seen = HashSet::new();
+    entries.retain(|e| seen.insert(e.entry_id.clone()));
+    let mut state = LoadState::Unknown;
+    let mut spec = None;
+    for e in &entries {
+        match e.kind.as_str() {
+            kind::LOAD_OPENED => {
+                if spec.is_none() {
+                    let parsed: LoadSpec = serde_json::from_str(&e.body).map_err(|err| LedgerError::BadEntry {
+                        load: e.load_id.clone(),
+                        entry_id: e.entry_id.clone(),
+                        kind: e.kind.clone(),
+                        message: err.to_string(),
+                    })?;
+                    spec = Some(parsed);
+                }
+                if state == LoadState::Unknown {
+                    state = LoadState::Open;
+                }
+            }
+            kind::LOAD_COMMITTED if matches!(state, LoadState::Open | LoadState::Unknown) => {
+                state = LoadState::Committed
+            }
+            kind::LOAD_ABORTED if matches!(state, LoadState::Open | LoadState::Unknown) => state = LoadState::Aborted,
+            kind::LOAD_COMMITTED | kind::LOAD_ABORTED => {}
+            other if known_kinds.contains(&other) => {}
+            other => {
+                return Err(LedgerError::UnknownKind {
+                    load: e.load_id.clone(),
+                    entry_id: e.entry_id.clone(),
+                    kind: other.to_owned(),
+                })
+            }
+        }
+    }
+    Ok(LoadView { state, spec, entries })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, kind: &str, at: i64, body: &str) -> Entry {
+        Entry {
+            load_id: "L".into(),
+            entry_id: id.into(),
+            kind: kind.into(),
+            written_at_ms: at,
+            writer: "w".into(),
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn state_is_derived_by_replay() {
+        let spec = serde_json::to_string(&crate::snapshot::tests::sample_spec()).unwrap();
+        let opened = |at| entry("open", kind::LOAD_OPENED, at, &spec);
+        let committed = |at| entry("commit", kind::LOAD_COMMITTED, at, "{}");
+        let aborted = |at| entry("abort", kind::LOAD_ABORTED, at, "{}");
+        let rows: Vec<(&str, Vec<Entry>, LoadState)> = vec![
+            ("nothing written", vec![], LoadState::Unknown),
+            ("begun", vec![opened(1)], LoadState::Open),
+            ("begun twice (retried insert)", vec![opened(1), opened(2)], LoadState::Open),
+            ("committed", vec![opened(1), committed(5)], LoadState::Committed),
+            ("aborted", vec![opened(1), aborted(5)], LoadState::Aborted),
+            ("commit then a racing abort: first wins", vec![opened(1), committed(5), aborted(6)], LoadState::Committed),
+            ("abort then a racing commit: first wins", vec![opened(1), committed(7), aborted(6)], LoadState::Aborted),
+            ("entries out of order", vec![committed(5), opened(1)], LoadState::Committed),
+            ("abort of a never-begun load fences it", vec![aborted(3)], LoadState::Aborted),
+        ];
+        for (name, entries, want) in rows {
+            let view = replay(entries, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(view.state, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn duplicates_collapse_and_unknown_kinds_are_refused() {
+        let view = replay(vec![entry("a:1", "x_step", 2, "{}"), entry("a:1", "x_step", 3, "{}")], &["x_step"]).unwrap();
+        assert_eq!(view.entries.len(), 1);
+        assert_eq!(view.entries[0].written_at_ms, 2, "the first write of an id counts");
+        let err = replay(vec![entry("z", "from_the_future", 1, "{}")], &[]).unwrap_err();
+        assert!(err.to_string().contains("from_the_future"), "{err}");
+        let err = replay(vec![entry("open", kind::LOAD_OPENED, 1, "{not json")], &[]).unwrap_err();
+        assert!(err.to_string().contains("ledger entry \"open\""), "{err}");
+    }
+}

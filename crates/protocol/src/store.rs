@@ -1,0 +1,149 @@
+//! The ledger's storage: a MergeTree table in ClickHouse, written with fsync and read back in
+//! full for one load at a time.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use chpart_core::LoadId;
+use chpart_server::{quote_ident, Server, ServerError};
+use clickhouse::Row;
+use serde::Deserialize;
+
+use crate::ledger::{replay, Entry, LedgerError, LoadView, LEDGER_TABLE};
+
+/// The ledger of one ClickHouse server, in `database`.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    server: Server,
+    database: String,
+    writer: String,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct EntryRow {
+    load_id: String,
+    entry_id: String,
+    kind: String,
+    written_at_ms: i64,
+    writer: String,
+    body: String,
+}
+
+/// A failure reading or writing the ledger.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerStoreError {
+    /// The server failed.
+    #[error("ledger {database}.{LEDGER_TABLE}: {source}")]
+    Server {
+        /// The ledger database.
+        database: String,
+        /// The server's error.
+        #[source]
+        source: ServerError,
+    },
+    /// The entries cannot be interpreted.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+impl LedgerStoreError {
+    /// The server error, if that is what failed (for retry classification).
+    pub fn server_error(&self) -> Option<&ServerError> {
+        match self {
+            LedgerStoreError::Server { source, .. } => Some(source),
+            LedgerStoreError::Ledger(_) => None,
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch, on this machine's clock.
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Ledger {
+    /// The ledger in `database` of `server`. Nothing is sent until used.
+    pub fn new(server: Server, database: &str) -> Ledger {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        Ledger {
+            server,
+            database: database.to_owned(),
+            writer: format!("{}:{}", host.trim(), std::process::id()),
+        }
+    }
+
+    fn table(&self) -> String {
+        format!("{}.{}", quote_ident(&self.database), quote_ident(LEDGER_TABLE))
+    }
+
+    fn err(&self, source: ServerError) -> LedgerStoreError {
+        LedgerStoreError::Server { database: self.database.clone(), source }
+    }
+
+    /// Creates the database and table if they do not exist. Idempotent.
+    pub async fn ensure(&self) -> Result<(), LedgerStoreError> {
+        let db = quote_ident(&self.database);
+        self.server.execute(&format!("CREATE DATABASE IF NOT EXISTS {db}")).await.map_err(|e| self.err(e))?;
+        // fsync so that an acknowledged entry survives a server crash: fencing and resume rely on it.
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {} (\
+               load_id String, entry_id String, kind LowCardinality(String), \
+               written_at DateTime64(3, 'UTC') DEFAULT now64(3), writer String, body String CODEC(ZSTD(3))\
+             ) ENGINE = MergeTree ORDER BY (load_id, written_at, entry_id) \
+             SETTINGS fsync_after_insert = 1, fsync_part_directory = 1",
+            self.table()
+        );
+        self.server.execute(&ddl).await.map_err(|e| self.err(e))
+    }
+
+    /// Appends one entry (idempotent by `entry_id`: replay keeps the first).
+    pub async fn append(&self, load: &LoadId, entry_id: &str, kind: &str, body: &str) -> Result<(), LedgerStoreError> {
+        let sql = format!(
+            "INSERT INTO {} (load_id, entry_id, kind, writer, body) \
+             SELECT {{l:String}}, {{e:String}}, {{k:String}}, {{w:String}}, {{b:String}}",
+            self.table()
+        );
+        let params = [("l", load.as_str()), ("e", entry_id), ("k", kind), ("w", self.writer.as_str()), ("b", body)];
+        self.server.execute_with(&sql, &params).await.map_err(|e| self.err(e))
+    }
+
+    /// Every entry of `load`, raw.
+    pub async fn entries(&self, load: &LoadId) -> Result<Vec<Entry>, LedgerStoreError> {
+        let sql = format!(
+            "SELECT load_id, entry_id, toString(kind) AS kind, toInt64(toUnixTimestamp64Milli(written_at)) AS written_at_ms, \
+             writer, body FROM {} WHERE load_id = {{l:String}} ORDER BY written_at, entry_id",
+            self.table()
+        );
+        let rows: Vec<EntryRow> = self.server.fetch(&sql, &[("l", load.as_str())]).await.map_err(|e| self.err(e))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Entry {
+                load_id: r.load_id,
+                entry_id: r.entry_id,
+                kind: r.kind,
+                written_at_ms: r.written_at_ms,
+                writer: r.writer,
+                body: r.body,
+            })
+            .collect())
+    }
+
+    /// The load's state by replay. A missing ledger table means no load was ever begun.
+    pub async fn view(&self, load: &LoadId, known_kinds: &[&str]) -> Result<LoadView, LedgerStoreError> {
+        let entries = match self.entries(load).await {
+            Ok(entries) => entries,
+            Err(LedgerStoreError::Server { source, .. }) if matches!(source.code(), Some(60) | Some(81)) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        Ok(replay(entries, known_kinds)?)
+    }
+
+    /// The underlying server client.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// The ledger database.
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+}

@@ -1,0 +1,103 @@
+//! The `chpart` binary as users and batch runners call it: arguments, config, exit codes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use chpart_testenv::clickhouse::{shared, ClickHouse, TestDb};
+
+/// The chpart binary cargo built for these tests.
+pub fn chpart() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_chpart"));
+    // The test process's own environment must not leak overrides into the runs under test.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CHPART_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// A config for `server` with the local transport, staging under the server's data dir and
+/// a ledger database of the test's own.
+pub fn local_config(dir: &Path, server: &ClickHouse, ledger_db: &str) -> PathBuf {
+    let path = dir.join("chpart.toml");
+    let text = format!(
+        "[clickhouse]\nurl = \"{url}\"\nrequest_timeout_secs = 60\n\
+         [transport]\nkind = \"local\"\n\
+         [clickhouse_local]\ncommand = \"{local}\"\nwork_dir = \"{work}\"\n\
+         [staging]\nroot = \"{staging}\"\n\
+         [ledger]\ndatabase = \"{ledger_db}\"\n",
+        url = server.url(),
+        local = chpart_testenv::clickhouse_local().display(),
+        work = dir.join("work").display(),
+        staging = server.data_dir.join("chpart-staging").display(),
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+fn begin_exit_codes() {
+    let ch = shared();
+    let db = TestDb::new(ch, "cli_begin");
+    ch.q(&format!("CREATE TABLE `{}`.events (ts DateTime, id UInt64) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id", db.name));
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_db = format!("{}_ledger", db.name);
+    let config = local_config(dir.path(), ch, &ledger_db);
+    let table = format!("{}.events", db.name);
+    let begin = |load: &str, extra: &[&str]| {
+        chpart()
+            .args(["begin", "--config"])
+            .arg(&config)
+            .args(["--table", &table, "--load", load])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+
+    let out = begin("cli-load-1", &["--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let spec: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints the spec");
+    assert_eq!(spec["load"], "cli-load-1");
+    assert_eq!(spec["mode"], "append");
+    assert!(text(&out).contains("opened"), "{}", text(&out));
+
+    let out = begin("cli-load-1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("already open"), "{}", text(&out));
+    assert!(out.stdout.is_empty(), "without --json stdout stays empty");
+
+    let out = begin("cli-load-1", &["--mode", "replace"]);
+    assert_eq!(out.status.code(), Some(4), "conflicting request: {}", text(&out));
+
+    ch.q(&format!(
+        "INSERT INTO `{ledger_db}`.ledger (load_id, entry_id, kind, writer, body) VALUES ('cli-load-1', 'commit', 'load_committed', 't', '{{}}')"
+    ));
+    let out = begin("cli-load-1", &[]);
+    assert_eq!(out.status.code(), Some(5), "finished load: {}", text(&out));
+    assert!(text(&out).contains("already committed"), "{}", text(&out));
+
+    let out = begin("bad/load", &[]);
+    assert_eq!(out.status.code(), Some(2), "bad load id: {}", text(&out));
+    assert!(text(&out).contains("--load"), "{}", text(&out));
+
+    let out = chpart().args(["begin", "--config", "/nonexistent/chpart.toml", "--table", "a.b", "--load", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "missing config: {}", text(&out));
+    assert!(text(&out).contains("/nonexistent/chpart.toml"), "{}", text(&out));
+
+    let out = begin("cli-load-2", &[]).status.code();
+    assert_eq!(out, Some(0));
+    let err = chpart()
+        .args(["begin", "--config"])
+        .arg(&config)
+        .args(["--table", &table, "--load", "cli-load-3"])
+        .env("CHPART_CLICKHOUSE_URL", format!("http://127.0.0.1:{}", chpart_testenv::free_port()))
+        .env("CHPART_CLICKHOUSE_REQUEST_TIMEOUT_SECS", "5")
+        .output()
+        .unwrap();
+    assert_eq!(err.status.code(), Some(3), "unreachable server is retryable: {}", text(&err));
+}
