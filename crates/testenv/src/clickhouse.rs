@@ -80,7 +80,10 @@ impl ClickHouse {
             _scratch: None,
         };
         let up = wait_until(START_TIMEOUT, || {
-            let exited = server.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            let exited = server
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
             exited || server.ping()
         });
         if !up || !server.ping() {
@@ -105,7 +108,8 @@ impl ClickHouse {
 
     /// Whether `/ping` answers `Ok.`.
     pub fn ping(&self) -> bool {
-        http(self.http_port, "GET", "/ping", b"").is_ok_and(|(status, body)| status == 200 && body.trim() == "Ok.")
+        http(self.http_port, "GET", "/ping", b"")
+            .is_ok_and(|(status, body)| status == 200 && body.trim() == "Ok.")
     }
 
     /// Runs one statement and returns the body (TabSeparated), or the server's error text.
@@ -119,7 +123,8 @@ impl ClickHouse {
 
     /// Like [`ClickHouse::query`] but panics on error; for test set-up and checks.
     pub fn q(&self, sql: &str) -> String {
-        self.query(sql).unwrap_or_else(|e| panic!("query failed: {sql}\n{e}"))
+        self.query(sql)
+            .unwrap_or_else(|e| panic!("query failed: {sql}\n{e}"))
     }
 
     /// The server's log (stdout and stderr of the launcher).
@@ -131,7 +136,9 @@ impl ClickHouse {
     pub fn stop(&mut self) {
         drop(self.stdin.take());
         if let Some(mut child) = self.child.take() {
-            let stopped = wait_until(Duration::from_secs(30), || matches!(child.try_wait(), Ok(Some(_))));
+            let stopped = wait_until(Duration::from_secs(30), || {
+                matches!(child.try_wait(), Ok(Some(_)))
+            });
             if !stopped {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -153,7 +160,8 @@ impl ClickHouse {
         let pid = self.child.as_ref()?.id();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        let ticks: f64 =
+            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         Some(ticks / hz)
@@ -209,7 +217,11 @@ impl<'a> TestDb<'a> {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .take(40)
             .collect();
-        let name = format!("t_{clean}_{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "t_{clean}_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         server.q(&format!("CREATE DATABASE `{name}`"));
         TestDb { name, server }
     }
@@ -217,7 +229,9 @@ impl<'a> TestDb<'a> {
 
 impl Drop for TestDb<'_> {
     fn drop(&mut self) {
-        let _ = self.server.query(&format!("DROP DATABASE IF EXISTS `{}` SYNC", self.name));
+        let _ = self
+            .server
+            .query(&format!("DROP DATABASE IF EXISTS `{}` SYNC", self.name));
     }
 }
 
@@ -240,14 +254,25 @@ fn http(port: u16, method: &str, path: &str, body: &[u8]) -> std::io::Result<(u1
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other(format!("bad HTTP response: {head:?}")))?;
-    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
-    Ok((status, if chunked { dechunk(body) } else { body.to_owned() }))
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    Ok((
+        status,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        },
+    ))
 }
 
 fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
         if n == 0 || rest.len() < n {
             break;
         }

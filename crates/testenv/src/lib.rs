@@ -125,7 +125,10 @@ pub fn os_user_ids(name: &str) -> (u32, u32) {
             out.status.success(),
             "OS user {name:?} does not exist: {INSTALL_HINT}"
         );
-        String::from_utf8_lossy(&out.stdout).trim().parse().expect("numeric id")
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("numeric id")
     };
     (id("-u"), id("-g"))
 }

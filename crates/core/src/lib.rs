@@ -1,0 +1,39 @@
+//! chpart's pure model: the values every other crate agrees on.
+//!
+//! chpart loads batch-job output into ClickHouse exactly once: each task attempt builds
+//! MergeTree parts outside the server, stages them under an attempt-scoped directory, renames
+//! them into the table's `detached/` directory under names unique to the attempt, and writes a
+//! manifest; the driver later attaches the winning attempts' parts by exact name. Everything
+//! that decides *what* those names, paths and manifests are lives here, as functions from data
+//! to data with no I/O, so that executor, driver and gc compute the same answers and the rules
+//! can be tested with plain tables of cases.
+//!
+//! - [`ids`]: validated identifiers (load, attempt, partition, database, table).
+//! - [`names`]: part directory names in `detached/`, and classifying what is found there.
+//! - [`staging`]: remote POSIX paths and the attempt-scoped staging layout.
+//! - [`fingerprint`]: a digest of a table's shape, to refuse parts built for another schema.
+//! - [`manifest`]: the versioned JSON an attempt writes last, and its validation.
+
+#![deny(missing_docs)]
+
+mod canon;
+pub mod fingerprint;
+pub mod ids;
+pub mod manifest;
+pub mod names;
+pub mod staging;
+#[cfg(test)]
+mod testutil;
+
+pub use fingerprint::{ColumnShape, FingerprintError, TableFingerprint, TableShape};
+pub use ids::{
+    Attempt, AttemptId, DatabaseName, IdError, LoadId, PartitionId, TableName, TableRef,
+};
+pub use manifest::{
+    FileEntry, Manifest, ManifestError, ManifestOrigin, PartEntry, Target, MANIFEST_FORMAT,
+    MANIFEST_VERSION,
+};
+pub use names::{detached_part_name, parse_detached_entry, DetachedEntry, PartName, PartNameError};
+pub use staging::{
+    detached_dir, detached_part_path, AttemptStaging, PathError, RemotePath, StagingLayout,
+};

@@ -1,0 +1,863 @@
+//! The attempt manifest: what one completed attempt built and published.
+//!
+//! An executor writes it last (to `.manifest.json.tmp`, then renamed to `manifest.json`, see
+//! `staging`), so its presence means the attempt finished; its JSON text also travels back to
+//! the driver through Spark's `collect()`, which returns exactly one per partition, the first
+//! successful attempt's. The driver commits from these manifests, so a manifest is untrusted
+//! input until [`Manifest::from_json`] has accepted it:
+//!
+//! - the `format` and `version` fields are checked first, on the raw JSON, so a manifest from
+//!   a newer chpart fails with "unsupported manifest version 2 (this chpart reads 1)" rather
+//!   than a complaint about some field;
+//! - the document is then read strictly: unknown, missing or duplicate fields and invalid ids
+//!   are refused;
+//! - finally [`Manifest::validate`] checks the rules that span fields. The most important: every
+//!   part name must be the one [`detached_part_name`] derives from this manifest's load, attempt,
+//!   partition and seq, so a manifest can never make the driver attach another attempt's part.
+//!
+//! Every error after the format check starts with "manifest of load L attempt A" (as far as the
+//! raw JSON tells them) and names the part, file and field at fault.
+//!
+//! ```json
+//! {"format":"chpart-attempt-manifest","version":1,"load":"L",
+//!  "attempt":{"id":"app-1.17","partition":3,"stage":1,"stage_attempt":0,"attempt_number":0},
+//!  "target":{"database":"db","table":"events","host":"ch-1","disk":"default",
+//!            "data_path":"/var/lib/clickhouse/store/abc/abc…/",
+//!            "staging_dir":"/var/lib/clickhouse/chpart-staging/L/app-1.17/"},
+//!  "table_fingerprint":"sha256:<64 hex>","clickhouse_local_version":"26.9.2.1",
+//!  "source_rows":1000,"created_at_unix_ms":1764490000000,
+//!  "parts":[{"name":"202601_N_N_0","partition_id":"202601","seq":0,"rows":1000,
+//!            "bytes_on_disk":12345,"hash_of_all_files":"<32 hex>",
+//!            "files":[{"path":"data.bin","size":100,"sha256":"<64 hex>"}]}]}
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canon::is_lower_hex;
+use crate::fingerprint::TableFingerprint;
+use crate::ids::{escape, show, Attempt, DatabaseName, LoadId, PartitionId, TableName};
+use crate::names::{detached_part_name, PartName};
+use crate::staging::{check_relative, PathError, RemotePath, StagingLayout};
+
+/// The value of the `format` field.
+pub const MANIFEST_FORMAT: &str = "chpart-attempt-manifest";
+
+/// The manifest version this chpart writes and reads.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// Files without which ClickHouse cannot attach a part: `checksums.txt` (ATTACH checks file
+/// sizes against it) and `count.txt` (the row count).
+const REQUIRED_FILES: [&str; 2] = ["checksums.txt", "count.txt"];
+
+/// One attempt's manifest. Build it with struct syntax, check it with [`Manifest::validate`]
+/// and write it with [`Manifest::to_json_line`]; read it only with [`Manifest::from_json`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    /// The load this attempt belongs to.
+    pub load: LoadId,
+    /// The attempt that wrote the manifest.
+    pub attempt: Attempt,
+    /// Where the parts were published.
+    pub target: Target,
+    /// The shape of the table the parts were built for.
+    pub table_fingerprint: TableFingerprint,
+    /// `SELECT version()` of the clickhouse-local that built the parts (a part from a newer
+    /// build may not attach to an older server).
+    pub clickhouse_local_version: String,
+    /// Rows this attempt read from its input. Not compared with the parts' rows here: what a
+    /// difference means is the driver's decision.
+    pub source_rows: u64,
+    /// When the attempt completed, milliseconds since the Unix epoch.
+    pub created_at_unix_ms: u64,
+    /// The parts the attempt published, each in `detached/` under its name.
+    pub parts: Vec<PartEntry>,
+}
+
+/// Where an attempt published its parts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// Database of the table the parts are for.
+    pub database: DatabaseName,
+    /// The table (possibly a shadow table) whose `detached/` holds the parts.
+    pub table: TableName,
+    /// The ClickHouse host whose disk holds the parts.
+    pub host: String,
+    /// The ClickHouse disk (`system.disks.name`) whose data path holds the parts.
+    pub disk: String,
+    /// The table's data path on that disk (`system.tables.data_paths`); parts are in its
+    /// `detached/`.
+    pub data_path: RemotePath,
+    /// The attempt's staging directory: `<staging root>/<load>/<attempt>`.
+    pub staging_dir: RemotePath,
+}
+
+/// One published part.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartEntry {
+    /// Its directory name in `detached/`, derived from (load, attempt, partition_id, seq).
+    pub name: PartName,
+    /// The partition its rows belong to.
+    pub partition_id: PartitionId,
+    /// The attempt's number for this part, unique within the attempt.
+    pub seq: u32,
+    /// Rows in the part.
+    pub rows: u64,
+    /// Sum of the sizes of its files.
+    pub bytes_on_disk: u64,
+    /// ClickHouse's `system.parts.hash_of_all_files` for the part (32 lowercase hex digits); it
+    /// survives ATTACH, so the driver can find the part again after attaching it.
+    pub hash_of_all_files: String,
+    /// Every file of the part.
+    pub files: Vec<FileEntry>,
+}
+
+/// One file of a part, so a copy can be verified end to end (ATTACH only checks sizes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    /// Path relative to the part directory, e.g. `data.bin` or `p.proj/data.bin`.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256 of the content, 64 lowercase hex digits.
+    pub sha256: String,
+}
+
+/// The JSON document: header and body together, so that strict reading sees every field and
+/// refuses duplicates, which reading into a generic JSON value first would silently merge.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Document {
+    format: String,
+    version: u32,
+    load: LoadId,
+    attempt: Attempt,
+    target: Target,
+    table_fingerprint: TableFingerprint,
+    clickhouse_local_version: String,
+    source_rows: u64,
+    created_at_unix_ms: u64,
+    parts: Vec<PartEntry>,
+}
+
+/// Which manifest an error is about, for the start of its message. Taken from the raw JSON
+/// when the manifest could not be read, so the strings are escaped and may be `?`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestOrigin {
+    /// The load id, or `?`.
+    pub load: String,
+    /// The attempt id, or `?`.
+    pub attempt: String,
+}
+
+impl ManifestOrigin {
+    fn peek(raw: &serde_json::Map<String, Value>) -> ManifestOrigin {
+        let text = |v: Option<&Value>| {
+            v.and_then(Value::as_str)
+                .map_or_else(|| "?".to_string(), escape)
+        };
+        ManifestOrigin {
+            load: text(raw.get("load")),
+            attempt: text(raw.get("attempt").and_then(|a| a.get("id"))),
+        }
+    }
+
+    fn of(m: &Manifest) -> ManifestOrigin {
+        ManifestOrigin {
+            load: m.load.to_string(),
+            attempt: m.attempt.id.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ManifestOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "manifest of load {} attempt {}", self.load, self.attempt)
+    }
+}
+
+/// Why a manifest was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// Not JSON at all, e.g. truncated by a crash while being written.
+    #[error("manifest is not valid JSON: {source}")]
+    Json {
+        /// The parser's error, with line and column.
+        source: serde_json::Error,
+    },
+    /// JSON, but not an object.
+    #[error("manifest is not a JSON object")]
+    NotAnObject,
+    /// `format` is missing or not [`MANIFEST_FORMAT`].
+    #[error("{origin}: field `format` is {found}, expected \"{MANIFEST_FORMAT}\"")]
+    WrongFormat {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The value found, as JSON, or `missing`.
+        found: String,
+    },
+    /// `version` is missing or not one this chpart reads.
+    #[error("{origin}: unsupported manifest version {found} (this chpart reads {supported})")]
+    UnsupportedVersion {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The value found, as JSON, or `missing`.
+        found: String,
+        /// The version this chpart reads.
+        supported: u32,
+    },
+    /// A field is missing, unknown, repeated, of the wrong type or an invalid id.
+    #[error("{origin}: {source}")]
+    Schema {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The reader's error, naming the field or value, with line and column.
+        source: serde_json::Error,
+    },
+    /// `target.staging_dir` is not `<root>/<load>/<attempt>` for this manifest's ids.
+    #[error("{origin}: target.staging_dir {staging_dir} is not this attempt's staging directory (it must end with /{load}/{attempt})", load = .origin.load, attempt = .origin.attempt)]
+    StagingDirMismatch {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The directory found.
+        staging_dir: RemotePath,
+    },
+    /// A valid part name, but not of the shape chpart generates.
+    #[error("{origin}: part {part}: not a name chpart generates (min block = max block >= 2^62, level 0, no mutation)")]
+    NotChpartName {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+    },
+    /// The name's partition differs from the part's `partition_id`.
+    #[error("{origin}: part {part}: its name is in partition {in_name}, but partition_id is {partition_id}")]
+    PartitionMismatch {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+        /// The partition in the name.
+        in_name: PartitionId,
+        /// The `partition_id` field.
+        partition_id: PartitionId,
+    },
+    /// The name is not the one this attempt derives: a forged or copied entry.
+    #[error("{origin}: part {part}: not the name attempt {attempt} derives for seq {seq} (that is {expected}); a manifest may only list its own attempt's parts", attempt = .origin.attempt)]
+    ForeignPart {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+        /// Its `seq` field.
+        seq: u32,
+        /// The name the attempt derives for it.
+        expected: String,
+    },
+    /// The same part name twice.
+    #[error("{origin}: part {part} is listed twice")]
+    DuplicatePart {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+    },
+    /// Two parts with one seq.
+    #[error("{origin}: part {part}: seq {seq} is already used by part {other}")]
+    DuplicateSeq {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part listed second.
+        part: String,
+        /// The seq.
+        seq: u32,
+        /// The part listed first.
+        other: String,
+    },
+    /// `hash_of_all_files` is not 32 lowercase hex digits.
+    #[error("{origin}: part {part}: hash_of_all_files {value} is not 32 lowercase hex digits")]
+    BadPartHash {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+        /// The value, quoted and truncated.
+        value: String,
+    },
+    /// A file path that could escape the part directory or is not canonical.
+    #[error("{origin}: part {part}: file {source}")]
+    FilePath {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+        /// What is wrong with the path (the message names the path).
+        source: PathError,
+    },
+    /// The same file twice in one part.
+    #[error("{origin}: part {part}: file {file} is listed twice")]
+    DuplicateFile {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+        /// The file, quoted.
+        file: String,
+    },
+    /// A file's `sha256` is not 64 lowercase hex digits.
+    #[error("{origin}: part {part}: file {file}: sha256 {value} is not 64 lowercase hex digits")]
+    BadFileSha256 {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+        /// The file, quoted.
+        file: String,
+        /// The value, quoted and truncated.
+        value: String,
+    },
+    /// A file every part must have is not listed.
+    #[error("{origin}: part {part}: required file {file} is not listed")]
+    MissingFile {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+        /// The missing file.
+        file: &'static str,
+    },
+    /// `bytes_on_disk` differs from the sum of the file sizes.
+    #[error("{origin}: part {part}: bytes_on_disk is {declared} but its files add up to {sum}")]
+    BytesMismatch {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+        /// The `bytes_on_disk` field.
+        declared: u64,
+        /// The sum of the `size` fields.
+        sum: u128,
+    },
+}
+
+/// A raw JSON value for an error message: its JSON text (already escaped), truncated, or
+/// `missing`.
+fn describe(value: Option<&Value>) -> String {
+    const MAX_CHARS: usize = 80;
+    let Some(value) = value else {
+        return "missing".to_string();
+    };
+    let text = value.to_string();
+    match text.char_indices().nth(MAX_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+impl Manifest {
+    /// Reads and validates a manifest (see the module doc for the order of checks).
+    pub fn from_json(text: &str) -> Result<Manifest, ManifestError> {
+        let raw: Value =
+            serde_json::from_str(text).map_err(|source| ManifestError::Json { source })?;
+        let Value::Object(raw) = raw else {
+            return Err(ManifestError::NotAnObject);
+        };
+        let origin = Box::new(ManifestOrigin::peek(&raw));
+        let format = raw.get("format");
+        if format.and_then(Value::as_str) != Some(MANIFEST_FORMAT) {
+            return Err(ManifestError::WrongFormat {
+                origin,
+                found: describe(format),
+            });
+        }
+        let version = raw.get("version");
+        if version.and_then(Value::as_u64) != Some(MANIFEST_VERSION.into()) {
+            let found = describe(version);
+            return Err(ManifestError::UnsupportedVersion {
+                origin,
+                found,
+                supported: MANIFEST_VERSION,
+            });
+        }
+        let Document {
+            format: _,
+            version: _,
+            load,
+            attempt,
+            target,
+            table_fingerprint,
+            clickhouse_local_version,
+            source_rows,
+            created_at_unix_ms,
+            parts,
+        } = serde_json::from_str(text)
+            .map_err(|source| ManifestError::Schema { origin, source })?;
+        let manifest = Manifest {
+            load,
+            attempt,
+            target,
+            table_fingerprint,
+            clickhouse_local_version,
+            source_rows,
+            created_at_unix_ms,
+            parts,
+        };
+        manifest.validate()?;
+        Ok(manifest)
+    }
+
+    /// The manifest as one line of JSON (no newline inside or at the end), header first.
+    /// Writers should [`validate`](Manifest::validate) first: readers will.
+    pub fn to_json_line(&self) -> String {
+        // Destructured so that a field added to `Manifest` but not to `Document` cannot compile.
+        let Manifest {
+            load,
+            attempt,
+            target,
+            table_fingerprint,
+            clickhouse_local_version,
+            source_rows,
+            created_at_unix_ms,
+            parts,
+        } = self.clone();
+        let doc = Document {
+            format: MANIFEST_FORMAT.to_string(),
+            version: MANIFEST_VERSION,
+            load,
+            attempt,
+            target,
+            table_fingerprint,
+            clickhouse_local_version,
+            source_rows,
+            created_at_unix_ms,
+            parts,
+        };
+        // Cannot fail: every map key is a string and there are no floats.
+        serde_json::to_string(&doc).expect("a manifest always serializes")
+    }
+
+    /// Rows in all parts.
+    pub fn total_rows(&self) -> u64 {
+        self.parts
+            .iter()
+            .fold(0u64, |sum, p| sum.saturating_add(p.rows))
+    }
+
+    /// Checks the rules that span fields: the staging directory belongs to this attempt, each
+    /// part name is the one this attempt derives for its partition and seq, names and seqs are
+    /// unique, and each part's file list is safe, complete and adds up.
+    pub fn validate(&self) -> Result<(), ManifestError> {
+        let origin = || Box::new(ManifestOrigin::of(self));
+        let attempt = &self.attempt.id;
+        if StagingLayout::containing_attempt_dir(&self.target.staging_dir, &self.load, attempt)
+            .is_none()
+        {
+            return Err(ManifestError::StagingDirMismatch {
+                origin: origin(),
+                staging_dir: self.target.staging_dir.clone(),
+            });
+        }
+        let mut names = HashSet::new();
+        let mut seqs: HashMap<u32, &PartName> = HashMap::new();
+        for p in &self.parts {
+            let part = || p.name.to_string();
+            if !p.name.is_chpart_name() {
+                return Err(ManifestError::NotChpartName {
+                    origin: origin(),
+                    part: part(),
+                });
+            }
+            if p.name.partition_id() != &p.partition_id {
+                return Err(ManifestError::PartitionMismatch {
+                    origin: origin(),
+                    part: part(),
+                    in_name: p.name.partition_id().clone(),
+                    partition_id: p.partition_id.clone(),
+                });
+            }
+            let expected = detached_part_name(&self.load, attempt, &p.partition_id, p.seq);
+            if p.name != expected {
+                return Err(ManifestError::ForeignPart {
+                    origin: origin(),
+                    part: part(),
+                    seq: p.seq,
+                    expected: expected.to_string(),
+                });
+            }
+            if !names.insert(&p.name) {
+                return Err(ManifestError::DuplicatePart {
+                    origin: origin(),
+                    part: part(),
+                });
+            }
+            if let Some(other) = seqs.insert(p.seq, &p.name) {
+                let other = other.to_string();
+                return Err(ManifestError::DuplicateSeq {
+                    origin: origin(),
+                    part: part(),
+                    seq: p.seq,
+                    other,
+                });
+            }
+            if !is_lower_hex(&p.hash_of_all_files, 32) {
+                let value = show(&p.hash_of_all_files);
+                return Err(ManifestError::BadPartHash {
+                    origin: origin(),
+                    part: part(),
+                    value,
+                });
+            }
+            let mut paths = HashSet::new();
+            let mut sum: u128 = 0;
+            for f in &p.files {
+                check_relative(&f.path).map_err(|source| ManifestError::FilePath {
+                    origin: origin(),
+                    part: part(),
+                    source,
+                })?;
+                if !paths.insert(f.path.as_str()) {
+                    let file = show(&f.path);
+                    return Err(ManifestError::DuplicateFile {
+                        origin: origin(),
+                        part: part(),
+                        file,
+                    });
+                }
+                if !is_lower_hex(&f.sha256, 64) {
+                    let (file, value) = (show(&f.path), show(&f.sha256));
+                    return Err(ManifestError::BadFileSha256 {
+                        origin: origin(),
+                        part: part(),
+                        file,
+                        value,
+                    });
+                }
+                sum += u128::from(f.size);
+            }
+            if let Some(file) = REQUIRED_FILES.into_iter().find(|f| !paths.contains(f)) {
+                return Err(ManifestError::MissingFile {
+                    origin: origin(),
+                    part: part(),
+                    file,
+                });
+            }
+            if sum != u128::from(p.bytes_on_disk) {
+                let declared = p.bytes_on_disk;
+                return Err(ManifestError::BytesMismatch {
+                    origin: origin(),
+                    part: part(),
+                    declared,
+                    sum,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::ids::AttemptId;
+    use crate::testutil::expect_row;
+
+    fn file(path: &str, size: u64) -> FileEntry {
+        FileEntry {
+            path: path.into(),
+            size,
+            sha256: "ab".repeat(32),
+        }
+    }
+
+    fn part(load: &LoadId, attempt: &AttemptId, partition: &str, seq: u32) -> PartEntry {
+        let partition_id: PartitionId = partition.parse().unwrap();
+        let files = vec![
+            file("checksums.txt", 300),
+            file("count.txt", 4),
+            file("data.bin", 1000),
+        ];
+        PartEntry {
+            name: detached_part_name(load, attempt, &partition_id, seq),
+            partition_id,
+            seq,
+            rows: 100,
+            bytes_on_disk: 1304,
+            hash_of_all_files: "0f".repeat(16),
+            files,
+        }
+    }
+
+    /// A valid manifest of load `L`, attempt `A`, with parts (202601, 0), (202601, 1), (202602, 2).
+    fn valid() -> Manifest {
+        let (load, attempt): (LoadId, AttemptId) = ("L".parse().unwrap(), "A".parse().unwrap());
+        let parts = vec![
+            part(&load, &attempt, "202601", 0),
+            part(&load, &attempt, "202601", 1),
+            part(&load, &attempt, "202602", 2),
+        ];
+        Manifest {
+            target: Target {
+                database: "db".parse().unwrap(),
+                table: "events".parse().unwrap(),
+                host: "ch-1".into(),
+                disk: "default".into(),
+                data_path: "/var/lib/clickhouse/store/abc/abcd/".parse().unwrap(),
+                staging_dir: "/staging/L/A".parse().unwrap(),
+            },
+            load,
+            attempt: Attempt {
+                id: attempt,
+                partition: 3,
+                stage: None,
+                stage_attempt: None,
+                attempt_number: None,
+            },
+            table_fingerprint: format!("sha256:{}", "cd".repeat(32)).parse().unwrap(),
+            clickhouse_local_version: "26.9.2.1".into(),
+            source_rows: 300,
+            created_at_unix_ms: 1_764_490_000_000,
+            parts,
+        }
+    }
+
+    #[test]
+    fn validate_table() {
+        type Edit = fn(&mut Manifest);
+        // (name, edit of a valid manifest, None if still valid or a substring of the error)
+        let rows: Vec<(&str, Edit, Option<&str>)> = vec![
+            ("unchanged", |_| {}, None),
+            ("no parts (empty input)", |m| m.parts.clear(), None),
+            ("staging dir under /", |m| m.target.staging_dir = "/L/A".parse().unwrap(), None),
+            ("projection file", |m| m.parts[0].files[2].path = "p.proj/data.bin".into(), None),
+            (
+                "staging dir of another attempt",
+                |m| m.target.staging_dir = "/staging/L/B".parse().unwrap(),
+                Some("manifest of load L attempt A: target.staging_dir /staging/L/B is not this attempt's staging directory (it must end with /L/A)"),
+            ),
+            (
+                "staging dir of another load",
+                |m| m.target.staging_dir = "/staging/M/A".parse().unwrap(),
+                Some("target.staging_dir /staging/M/A"),
+            ),
+            (
+                "ClickHouse-style name",
+                |m| m.parts[1].name = "202601_1_1_0".parse().unwrap(),
+                Some("manifest of load L attempt A: part 202601_1_1_0: not a name chpart generates"),
+            ),
+            (
+                "partition mismatch",
+                |m| m.parts[2].partition_id = "202601".parse().unwrap(),
+                Some("its name is in partition 202602, but partition_id is 202601"),
+            ),
+            (
+                "another attempt's part",
+                |m| {
+                    let other: AttemptId = "B".parse().unwrap();
+                    m.parts[0] = part(&m.load, &other, "202601", 0);
+                },
+                Some("not the name attempt A derives for seq 0"),
+            ),
+            (
+                "another load's part",
+                |m| m.parts[0] = part(&"M".parse().unwrap(), &m.attempt.id, "202601", 0),
+                Some("a manifest may only list its own attempt's parts"),
+            ),
+            ("seq edited", |m| m.parts[1].seq = 7, Some("not the name attempt A derives for seq 7")),
+            ("duplicate part", |m| m.parts.push(m.parts[0].clone()), Some("is listed twice")),
+            (
+                "duplicate seq",
+                |m| {
+                    let p = part(&m.load, &m.attempt.id, "202602", 0);
+                    m.parts.push(p);
+                },
+                Some("seq 0 is already used by part 202601_"),
+            ),
+            (
+                "short part hash",
+                |m| m.parts[0].hash_of_all_files.pop().map_or((), drop),
+                Some("hash_of_all_files \"0f0f"),
+            ),
+            ("parent path", |m| m.parts[0].files[2].path = "../x".into(), Some("file path \"../x\" has a '..' component")),
+            ("absolute path", |m| m.parts[0].files[2].path = "/x".into(), Some("file path \"/x\" is absolute")),
+            ("empty path", |m| m.parts[0].files[2].path = String::new(), Some("file path is empty")),
+            ("dot path", |m| m.parts[0].files[2].path = "./data.bin".into(), Some("empty or '.' component")),
+            ("backslash path", |m| m.parts[0].files[2].path = "a\\b".into(), Some("backslash")),
+            ("nul path", |m| m.parts[0].files[2].path = "a\0".into(), Some("NUL")),
+            (
+                "duplicate file",
+                |m| m.parts[0].files[2].path = "count.txt".into(),
+                Some("file \"count.txt\" is listed twice"),
+            ),
+            (
+                "uppercase sha256",
+                |m| m.parts[0].files[1].sha256 = "AB".repeat(32),
+                Some("file \"count.txt\": sha256 \"ABAB"),
+            ),
+            (
+                "missing checksums.txt",
+                |m| {
+                    m.parts[0].files.remove(0);
+                    m.parts[0].bytes_on_disk -= 300;
+                },
+                Some("required file checksums.txt is not listed"),
+            ),
+            (
+                "missing count.txt",
+                |m| {
+                    m.parts[0].files.remove(1);
+                    m.parts[0].bytes_on_disk -= 4;
+                },
+                Some("required file count.txt is not listed"),
+            ),
+            (
+                "bytes mismatch",
+                |m| m.parts[2].bytes_on_disk += 1,
+                Some("bytes_on_disk is 1305 but its files add up to 1304"),
+            ),
+            (
+                "huge sizes do not overflow",
+                |m| {
+                    m.parts[0].files[2].size = u64::MAX;
+                    m.parts[0].files[1].size = u64::MAX;
+                },
+                Some("its files add up to 36893488147419103530"),
+            ),
+        ];
+        for (row, edit, expected) in rows {
+            let mut m = valid();
+            edit(&mut m);
+            let result = m.validate();
+            if let Err(e) = &result {
+                let msg = e.to_string();
+                assert!(
+                    msg.starts_with("manifest of load L attempt A: "),
+                    "{row}: {msg}"
+                );
+            }
+            expect_row(row, result, expected.map_or(Ok(()), Err));
+        }
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let m = valid();
+        let line = m.to_json_line();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with(r#"{"format":"chpart-attempt-manifest","version":1,"load":"L","#),
+            "{line}"
+        );
+        assert_eq!(Manifest::from_json(&line).unwrap(), m);
+        assert_eq!(m.total_rows(), 300);
+    }
+
+    fn fixtures(kind: &str) -> Vec<PathBuf> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/manifests")
+            .join(kind);
+        let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn file_name(path: &Path) -> &str {
+        path.file_name().unwrap().to_str().unwrap()
+    }
+
+    #[test]
+    fn valid_fixtures_parse_and_round_trip() {
+        let expected_rows = [("multi_partition.json", 53_731), ("one_part.json", 1000)];
+        let files = fixtures("valid");
+        let names: Vec<&str> = files.iter().map(|p| file_name(p)).collect();
+        assert_eq!(
+            names,
+            expected_rows.map(|(n, _)| n),
+            "every valid fixture needs a row here"
+        );
+        for (path, (_, rows)) in files.iter().zip(expected_rows) {
+            let text = fs::read_to_string(path).unwrap();
+            let m =
+                Manifest::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(m.total_rows(), rows, "{}", path.display());
+            assert_eq!(
+                Manifest::from_json(&m.to_json_line()).unwrap(),
+                m,
+                "{}",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_fixtures_fail_with_their_error() {
+        let expected: &[(&str, &str)] = &[
+            ("absolute_file_path.json", "file path \"/etc/passwd\" is absolute"),
+            ("attaching_prefix.json", "starts with the detach reason \"attaching\""),
+            ("backslash_file_path.json", "file path \"..\\\\data.bin\" contains a backslash"),
+            ("bad_fingerprint.json", "table fingerprint \"md5:0123\" is not"),
+            ("bad_hash_of_all_files.json", "hash_of_all_files"),
+            ("bad_load_id.json", "load id \"etl/2026-01-15\" contains '/'"),
+            ("bad_sha256.json", "file \"data.bin\": sha256"),
+            ("bytes_mismatch.json", "bytes_on_disk is 19048 but its files add up to 19047"),
+            ("duplicate_file.json", "file \"columns.txt\" is listed twice"),
+            ("duplicate_key.json", "duplicate field `load`"),
+            ("duplicate_part.json", "is listed twice"),
+            ("duplicate_seq.json", "seq 0 is already used by part 202601_"),
+            ("foreign_staging_dir.json", "target.staging_dir /var/lib/clickhouse/chpart-staging/load-2026-01-15/app-20260115093000-0001.18 is not this attempt's"),
+            ("forged_part_name.json", "not the name attempt app-20260115093000-0001.17 derives for seq 0"),
+            ("missing_checksums.json", "required file checksums.txt is not listed"),
+            ("missing_count.json", "required file count.txt is not listed"),
+            ("missing_field.json", "missing field `source_rows`"),
+            ("missing_version.json", "unsupported manifest version missing (this chpart reads 1)"),
+            ("not_an_object.json", "manifest is not a JSON object"),
+            ("not_chpart_name.json", "part 202601_1_1_0: not a name chpart generates"),
+            ("partition_mismatch.json", "its name is in partition 202601, but partition_id is 202602"),
+            ("path_traversal.json", "file path \"../../../../etc/cron.d/chpart\" has a '..' component"),
+            ("relative_data_path.json", "remote path \"store/3f2/3f2a9c1e/\" is not absolute"),
+            ("truncated.json", "manifest is not valid JSON: EOF while parsing"),
+            ("unknown_field.json", "unknown field `compression`"),
+            ("unknown_nested_field.json", "unknown field `host`"),
+            ("unknown_version.json", "unsupported manifest version 2 (this chpart reads 1)"),
+            ("wrong_format.json", "field `format` is \"chpart-manifest\", expected \"chpart-attempt-manifest\""),
+        ];
+        let files = fixtures("invalid");
+        let names: Vec<&str> = files.iter().map(|p| file_name(p)).collect();
+        let listed: Vec<&str> = expected.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names, listed,
+            "each invalid fixture needs exactly one row here, in name order"
+        );
+        for (path, (_, want)) in files.iter().zip(expected) {
+            let text = fs::read_to_string(path).unwrap();
+            let msg = match Manifest::from_json(&text) {
+                Ok(_) => panic!("{} was accepted", path.display()),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                msg.contains(want),
+                "{}: {msg:?} lacks {want:?}",
+                path.display()
+            );
+            // Once the header is readable, every message says which manifest it is about.
+            if !matches!(file_name(path), "truncated.json" | "not_an_object.json") {
+                assert!(
+                    msg.starts_with("manifest of load "),
+                    "{}: {msg}",
+                    path.display()
+                );
+            }
+        }
+    }
+}
