@@ -37,7 +37,11 @@ pub fn local_config(dir: &Path, server: &ClickHouse, ledger_db: &str) -> PathBuf
 }
 
 pub fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 #[test]
@@ -61,7 +65,8 @@ fn begin_exit_codes() {
 
     let out = begin("cli-load-1", &["--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let spec: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints the spec");
+    let spec: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("--json prints the spec");
     assert_eq!(spec["load"], "cli-load-1");
     assert_eq!(spec["mode"], "append");
     assert!(text(&out).contains("opened"), "{}", text(&out));
@@ -72,7 +77,12 @@ fn begin_exit_codes() {
     assert!(out.stdout.is_empty(), "without --json stdout stays empty");
 
     let out = begin("cli-load-1", &["--mode", "replace"]);
-    assert_eq!(out.status.code(), Some(4), "conflicting request: {}", text(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "conflicting request: {}",
+        text(&out)
+    );
 
     ch.q(&format!(
         "INSERT INTO `{ledger_db}`.ledger (load_id, entry_id, kind, writer, body) VALUES ('cli-load-1', 'commit', 'load_committed', 't', '{{}}')"
@@ -85,9 +95,24 @@ fn begin_exit_codes() {
     assert_eq!(out.status.code(), Some(2), "bad load id: {}", text(&out));
     assert!(text(&out).contains("--load"), "{}", text(&out));
 
-    let out = chpart().args(["begin", "--config", "/nonexistent/chpart.toml", "--table", "a.b", "--load", "x"]).output().unwrap();
+    let out = chpart()
+        .args([
+            "begin",
+            "--config",
+            "/nonexistent/chpart.toml",
+            "--table",
+            "a.b",
+            "--load",
+            "x",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "missing config: {}", text(&out));
-    assert!(text(&out).contains("/nonexistent/chpart.toml"), "{}", text(&out));
+    assert!(
+        text(&out).contains("/nonexistent/chpart.toml"),
+        "{}",
+        text(&out)
+    );
 
     let out = begin("cli-load-2", &[]).status.code();
     assert_eq!(out, Some(0));
@@ -95,9 +120,17 @@ fn begin_exit_codes() {
         .args(["begin", "--config"])
         .arg(&config)
         .args(["--table", &table, "--load", "cli-load-3"])
-        .env("CHPART_CLICKHOUSE_URL", format!("http://127.0.0.1:{}", chpart_testenv::free_port()))
+        .env(
+            "CHPART_CLICKHOUSE_URL",
+            format!("http://127.0.0.1:{}", chpart_testenv::free_port()),
+        )
         .env("CHPART_CLICKHOUSE_REQUEST_TIMEOUT_SECS", "5")
         .output()
         .unwrap();
-    assert_eq!(err.status.code(), Some(3), "unreachable server is retryable: {}", text(&err));
+    assert_eq!(
+        err.status.code(),
+        Some(3),
+        "unreachable server is retryable: {}",
+        text(&err)
+    );
 }

@@ -2,6 +2,7 @@
 //! needs a real component (ClickHouse 26.9 engine, clickhouse-local, sshd) starts or shares it
 //! through `chpart-testenv` and fails loudly when it is not installed.
 
+mod build;
 mod cli;
 mod launcher;
 mod smoke;

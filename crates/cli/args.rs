@@ -34,6 +34,13 @@ pub enum Command {
     /// same arguments is a no-op; for a finished load it exits with status 5.
     #[command(after_help = exit::HELP)]
     Begin(BeginArgs),
+    /// Build one task attempt's rows into parts and publish them (on each executor). Reads
+    /// Parquet files or an Arrow IPC stream on stdin, builds parts with clickhouse-local, uploads
+    /// them into this attempt's staging dir, renames them into detached/ under attempt-scoped
+    /// names and prints the attempt manifest as one JSON line on stdout, last. Progress and logs
+    /// go to stderr.
+    #[command(after_help = exit::HELP)]
+    Build(BuildArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -80,21 +87,56 @@ pub struct BeginArgs {
     pub json: bool,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The load id given to `chpart begin`.
+    #[arg(long, value_name = "LOAD_ID")]
+    pub load: String,
+    /// The partition (task) number this attempt computes.
+    #[arg(long, value_name = "N")]
+    pub partition: u32,
+    /// A unique id of this attempt, e.g. `<Spark applicationId>.<taskAttemptId>`. Two attempts
+    /// must never share one: it scopes every path and part name the attempt writes.
+    #[arg(long, value_name = "ATTEMPT_ID")]
+    pub attempt: String,
+    /// Stage id, for the record.
+    #[arg(long, value_name = "S")]
+    pub stage: Option<u32>,
+    /// Stage attempt number, for the record.
+    #[arg(long, value_name = "SA")]
+    pub stage_attempt: Option<u32>,
+    /// Task attempt number within the stage attempt, for the record.
+    #[arg(long, value_name = "A")]
+    pub attempt_number: Option<u32>,
+    /// Parquet input files, or `-` for an Arrow IPC stream on stdin.
+    #[arg(long, value_name = "PATH", num_args = 1.., required = true)]
+    pub input: Vec<PathBuf>,
+    /// Die when the parent process dies (PR_SET_PDEATHSIG), e.g. when Spark kills the task.
+    #[arg(long)]
+    pub die_with_parent: bool,
+    /// Merge each partition into one part before shipping (costs a merge).
+    #[arg(long)]
+    pub merge: bool,
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Begin(args) => run_begin(args),
+        Command::Build(args) => crate::build::run_build(args),
     }
 }
 
-fn usage(e: impl Into<anyhow::Error>) -> Failure {
+pub fn usage(e: impl Into<anyhow::Error>) -> Failure {
     Failure::new(FailureKind::Usage, e)
 }
 
-fn load_config(arg: &ConfigArg) -> Result<Config, Failure> {
+pub fn load_config(arg: &ConfigArg) -> Result<Config, Failure> {
     Config::load(&arg.config, std::env::vars()).map_err(usage)
 }
 
-fn server_of(config: &Config) -> Server {
+pub fn server_of(config: &Config) -> Server {
     let ch = &config.clickhouse;
     Server::new(&ServerConfig {
         url: ch.url.clone(),
@@ -104,7 +146,7 @@ fn server_of(config: &Config) -> Server {
     })
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -136,7 +178,10 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
         .map_err(|e| Failure::new(e.kind(), e))?;
     let spec = outcome.spec();
     if args.json {
-        println!("{}", serde_json::to_string(spec).expect("a LoadSpec serializes"));
+        println!(
+            "{}",
+            serde_json::to_string(spec).expect("a LoadSpec serializes")
+        );
     }
     let what = match outcome {
         BeginOutcome::Opened(_) => "opened",
@@ -149,7 +194,11 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
         spec.mode,
         spec.visibility,
         spec.publish,
-        spec.publish_snapshot.data_paths.first().map(String::as_str).unwrap_or("?"),
+        spec.publish_snapshot
+            .data_paths
+            .first()
+            .map(String::as_str)
+            .unwrap_or("?"),
     );
     Ok(exit::ok())
 }

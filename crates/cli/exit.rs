@@ -17,7 +17,8 @@ pub const PERMANENT: u8 = 4;
 pub const FENCED: u8 = 5;
 
 /// The text for `--help`.
-pub const HELP: &str = "Exit codes: 0 done; 2 usage or config error; 3 retryable failure (network, server busy); \
+pub const HELP: &str =
+    "Exit codes: 0 done; 2 usage or config error; 3 retryable failure (network, server busy); \
 4 permanent failure (bad input, schema mismatch, refused request); 5 load no longer open (fenced).";
 
 /// An error with what it means for the caller.
@@ -28,7 +29,10 @@ pub struct Failure {
 
 impl Failure {
     pub fn new(kind: FailureKind, error: impl Into<anyhow::Error>) -> Failure {
-        Failure { kind, error: error.into() }
+        Failure {
+            kind,
+            error: error.into(),
+        }
     }
 }
 

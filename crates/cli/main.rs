@@ -2,6 +2,7 @@
 //! and maps its errors to documented exit codes. Nothing else lives here.
 
 mod args;
+mod build;
 mod exit;
 
 use std::process::ExitCode;

@@ -210,7 +210,9 @@ pub struct RawLedger {
 
 impl Default for RawLedger {
     fn default() -> Self {
-        RawLedger { database: default_ledger_database() }
+        RawLedger {
+            database: default_ledger_database(),
+        }
     }
 }
 
@@ -313,12 +315,25 @@ pub struct ClickHouseLocalSettings {
 
 /// The config sections, for `CHPART_<SECTION>_<KEY>` overrides. Longest first so that
 /// `CHPART_CLICKHOUSE_LOCAL_COMMAND` is `clickhouse_local.command`, not `clickhouse.local_command`.
-const SECTIONS: &[&str] = &["clickhouse_local", "clickhouse", "transport", "staging", "ledger", "ssh"];
+const SECTIONS: &[&str] = &[
+    "clickhouse_local",
+    "clickhouse",
+    "transport",
+    "staging",
+    "ledger",
+    "ssh",
+];
 
 impl Config {
     /// Reads `path`, applies overrides from `env` (pass `std::env::vars()`), validates.
-    pub fn load(path: &Path, env: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+    pub fn load(
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
         Config::from_toml(&text, path, env)
     }
 
@@ -328,34 +343,56 @@ impl Config {
         path: &Path,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
-        let parse_err = |message: String| ConfigError::Parse { path: path.into(), message };
-        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+        let parse_err = |message: String| ConfigError::Parse {
+            path: path.into(),
+            message,
+        };
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
         let env: BTreeMap<String, String> = env.into_iter().collect();
         apply_overrides(&mut table, &env)?;
-        let raw: RawConfig = table.try_into().map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+        let raw: RawConfig = table
+            .try_into()
+            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
         raw.validate(&env)
     }
 }
 
-fn apply_overrides(table: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+fn apply_overrides(
+    table: &mut toml::Table,
+    env: &BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
     for (var, value) in env {
-        let Some(rest) = var.strip_prefix("CHPART_") else { continue };
+        let Some(rest) = var.strip_prefix("CHPART_") else {
+            continue;
+        };
         if RESERVED_ENV.contains(&var.as_str()) {
             continue;
         }
         let rest = rest.to_ascii_lowercase();
         let Some((section, key)) = SECTIONS
             .iter()
-            .find_map(|s| rest.strip_prefix(s).and_then(|k| k.strip_prefix('_')).map(|k| (*s, k)))
+            .find_map(|s| {
+                rest.strip_prefix(s)
+                    .and_then(|k| k.strip_prefix('_'))
+                    .map(|k| (*s, k))
+            })
             .filter(|(_, k)| !k.is_empty())
         else {
-            return Err(ConfigError::UnknownOverride { var: var.clone(), sections: SECTIONS.join(", ") });
+            return Err(ConfigError::UnknownOverride {
+                var: var.clone(),
+                sections: SECTIONS.join(", "),
+            });
         };
         let entry = table
             .entry(section)
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         let toml::Value::Table(section_table) = entry else {
-            return Err(ConfigError::Invalid { key: section.into(), message: "must be a table".into() });
+            return Err(ConfigError::Invalid {
+                key: section.into(),
+                message: "must be a table".into(),
+            });
         };
         section_table.insert(key.to_owned(), override_value(value));
     }
@@ -374,7 +411,10 @@ fn override_value(value: &str) -> toml::Value {
 }
 
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key: key.into(), message: message.into() }
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
 }
 
 fn positive_secs(key: &str, secs: u64) -> Result<Duration, ConfigError> {
@@ -403,7 +443,10 @@ fn check_remote_path(key: &str, value: &str) -> Result<String, ConfigError> {
         return Err(invalid(key, format!("{value:?} must be an absolute path")));
     }
     if value.split('/').any(|c| c == "." || c == "..") || value.contains('\0') {
-        return Err(invalid(key, format!("{value:?} must not contain '.' or '..' components")));
+        return Err(invalid(
+            key,
+            format!("{value:?} must not contain '.' or '..' components"),
+        ));
     }
     let trimmed = value.trim_end_matches('/');
     if trimmed.is_empty() {
@@ -414,10 +457,16 @@ fn check_remote_path(key: &str, value: &str) -> Result<String, ConfigError> {
 
 /// The host part of an `http://host:port/...` URL.
 fn url_host(url: &str) -> Option<&str> {
-    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"))?;
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))?;
     let authority = rest.split('/').next()?;
     let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if host.starts_with('[') { host.split(']').next().map(|h| &h[1..]) } else { host.split(':').next() };
+    let host = if host.starts_with('[') {
+        host.split(']').next().map(|h| &h[1..])
+    } else {
+        host.split(':').next()
+    };
     host.filter(|h| !h.is_empty())
 }
 
@@ -450,31 +499,51 @@ impl RawConfig {
     fn validate(self, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
         let ch = self.clickhouse;
         let host = url_host(&ch.url)
-            .ok_or_else(|| invalid("clickhouse.url", format!("{:?} is not an http:// or https:// URL with a host", ch.url)))?
+            .ok_or_else(|| {
+                invalid(
+                    "clickhouse.url",
+                    format!("{:?} is not an http:// or https:// URL with a host", ch.url),
+                )
+            })?
             .to_owned();
         if ch.url.contains('@') {
-            return Err(invalid("clickhouse.url", "must not carry credentials; use clickhouse.user and password_file/password_env"));
+            return Err(invalid(
+                "clickhouse.url",
+                "must not carry credentials; use clickhouse.user and password_file/password_env",
+            ));
         }
         if ch.password_file.is_some() && ch.password_env.is_some() {
-            return Err(invalid("clickhouse.password_file", "set either password_file or password_env, not both"));
+            return Err(invalid(
+                "clickhouse.password_file",
+                "set either password_file or password_env, not both",
+            ));
         }
         let password = read_secret(ch.password_file.as_deref(), ch.password_env.as_deref(), env)?;
         let clickhouse = ClickHouseSettings {
             url: ch.url.trim_end_matches('/').to_owned(),
             user: ch.user,
             password,
-            request_timeout: positive_secs("clickhouse.request_timeout_secs", ch.request_timeout_secs)?,
+            request_timeout: positive_secs(
+                "clickhouse.request_timeout_secs",
+                ch.request_timeout_secs,
+            )?,
             host_name: ch.host_name.unwrap_or(host),
         };
 
         let transport = match (self.transport.kind, self.ssh) {
             (TransportKind::Local, _) => Transport::Local,
             (TransportKind::Sftp, None) => {
-                return Err(invalid("ssh", "transport.kind = \"sftp\" needs an [ssh] section"))
+                return Err(invalid(
+                    "ssh",
+                    "transport.kind = \"sftp\" needs an [ssh] section",
+                ))
             }
             (TransportKind::Sftp, Some(ssh)) => {
                 if ssh.identity_file.is_none() && !ssh.use_agent {
-                    return Err(invalid("ssh.identity_file", "set identity_file or use_agent = true"));
+                    return Err(invalid(
+                        "ssh.identity_file",
+                        "set identity_file or use_agent = true",
+                    ));
                 }
                 if ssh.host.is_empty() {
                     return Err(invalid("ssh.host", "must not be empty"));
@@ -483,7 +552,10 @@ impl RawConfig {
                     return Err(invalid("ssh.port", "must be 1-65535"));
                 }
                 if !(32..=16 * 1024).contains(&ssh.write_buffer_kib) {
-                    return Err(invalid("ssh.write_buffer_kib", "must be between 32 and 16384"));
+                    return Err(invalid(
+                        "ssh.write_buffer_kib",
+                        "must be between 32 and 16384",
+                    ));
                 }
                 Transport::Sftp(SshSettings {
                     host: ssh.host,
@@ -492,7 +564,10 @@ impl RawConfig {
                     identity_file: ssh.identity_file,
                     use_agent: ssh.use_agent,
                     known_hosts: ssh.known_hosts,
-                    connect_timeout: positive_secs("ssh.connect_timeout_secs", ssh.connect_timeout_secs)?,
+                    connect_timeout: positive_secs(
+                        "ssh.connect_timeout_secs",
+                        ssh.connect_timeout_secs,
+                    )?,
                     write_buffer_bytes: ssh.write_buffer_kib * 1024,
                 })
             }

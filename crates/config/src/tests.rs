@@ -1,7 +1,10 @@
 use super::*;
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 const MINIMAL_LOCAL: &str = r#"
@@ -22,17 +25,32 @@ fn load(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
 #[test]
 fn the_shipped_example_loads() {
     let dir = tempfile::tempdir().unwrap();
-    let example = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/chpart.example.toml")).unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/chpart.example.toml"
+    ))
+    .unwrap();
     let password = dir.path().join("pw");
     std::fs::write(&password, "s3cret\n").unwrap();
-    let text = example.replace("/etc/chpart/clickhouse-password", password.to_str().unwrap());
+    let text = example.replace(
+        "/etc/chpart/clickhouse-password",
+        password.to_str().unwrap(),
+    );
     let config = load(&text, &[]).unwrap();
-    assert_eq!(config.clickhouse.password.as_ref().map(Secret::expose), Some("s3cret"));
+    assert_eq!(
+        config.clickhouse.password.as_ref().map(Secret::expose),
+        Some("s3cret")
+    );
     assert_eq!(config.clickhouse.host_name, "ch-1.example.internal");
-    let Transport::Sftp(ssh) = &config.transport else { panic!("example uses sftp") };
+    let Transport::Sftp(ssh) = &config.transport else {
+        panic!("example uses sftp")
+    };
     assert_eq!((ssh.port, ssh.write_buffer_bytes), (22, 256 * 1024));
     assert_eq!(config.staging_root, "/var/lib/clickhouse/chpart-staging");
-    assert!(!format!("{config:?}").contains("s3cret"), "Debug output shows the password");
+    assert!(
+        !format!("{config:?}").contains("s3cret"),
+        "Debug output shows the password"
+    );
 }
 
 #[test]
@@ -53,7 +71,10 @@ fn environment_overrides_keys_of_every_section() {
         MINIMAL_LOCAL,
         &[
             ("CHPART_CLICKHOUSE_URL", "http://ch-9:8123"),
-            ("CHPART_CLICKHOUSE_LOCAL_COMMAND", "/opt/ch/clickhouse-local"),
+            (
+                "CHPART_CLICKHOUSE_LOCAL_COMMAND",
+                "/opt/ch/clickhouse-local",
+            ),
             ("CHPART_CLICKHOUSE_REQUEST_TIMEOUT_SECS", "7"),
             ("CHPART_LEDGER_DATABASE", "loads"),
             ("CHPART_CLICKHOUSE_PASSWORD", "from-env"),
@@ -63,33 +84,114 @@ fn environment_overrides_keys_of_every_section() {
     )
     .unwrap();
     assert_eq!(config.clickhouse.url, "http://ch-9:8123");
-    assert_eq!(config.clickhouse_local.command, PathBuf::from("/opt/ch/clickhouse-local"));
+    assert_eq!(
+        config.clickhouse_local.command,
+        PathBuf::from("/opt/ch/clickhouse-local")
+    );
     assert_eq!(config.clickhouse.request_timeout, Duration::from_secs(7));
     assert_eq!(config.ledger_database, "loads");
-    assert_eq!(config.clickhouse.password.as_ref().map(Secret::expose), Some("from-env"));
+    assert_eq!(
+        config.clickhouse.password.as_ref().map(Secret::expose),
+        Some("from-env")
+    );
 }
 
 #[test]
 fn rejections_name_the_key_or_variable() {
     let sftp_without_ssh = MINIMAL_LOCAL.replace("kind = \"local\"", "kind = \"sftp\"");
-    let rows: Vec<(&str, String, Vec<(&str, &str)>, &str)> = vec![
-        ("unknown key", format!("{MINIMAL_LOCAL}\n[ledger]\ndatabse = \"x\"\n"), vec![], "unknown field `databse`"),
-        ("missing section", MINIMAL_LOCAL.replace("[staging]\nroot = \"/var/lib/clickhouse/chpart-staging/\"", ""), vec![], "missing field `staging`"),
-        ("typo in an override", MINIMAL_LOCAL.into(), vec![("CHPART_SSSH_HOST", "x")], "CHPART_SSSH_HOST is not a chpart setting"),
-        ("override of an unknown key", MINIMAL_LOCAL.into(), vec![("CHPART_SSH_HOSTNAME", "x")], "unknown field `hostname`"),
-        ("relative staging root", MINIMAL_LOCAL.replace("/var/lib/clickhouse/chpart-staging/", "staging"), vec![], "staging.root: \"staging\" must be an absolute path"),
-        ("dot-dot staging root", MINIMAL_LOCAL.replace("chpart-staging/", "../etc"), vec![], "staging.root"),
-        ("sftp without [ssh]", sftp_without_ssh, vec![], "needs an [ssh] section"),
-        ("url with credentials", MINIMAL_LOCAL.replace("http://127.0.0.1", "http://u:pw@127.0.0.1"), vec![], "must not carry credentials"),
-        ("not a url", MINIMAL_LOCAL.replace("http://127.0.0.1:8123", "127.0.0.1:8123"), vec![], "clickhouse.url"),
-        ("zero timeout", MINIMAL_LOCAL.into(), vec![("CHPART_CLICKHOUSE_REQUEST_TIMEOUT_SECS", "0")], "request_timeout_secs: must be at least 1"),
-        ("bad ledger database", MINIMAL_LOCAL.into(), vec![("CHPART_LEDGER_DATABASE", "a-b")], "ledger.database"),
-        ("named password variable unset", MINIMAL_LOCAL.replace("[transport]", "password_env = \"NOPE_PW\"\n[transport]"), vec![], "environment variable NOPE_PW"),
-        ("missing password file", MINIMAL_LOCAL.replace("[transport]", "password_file = \"/nonexistent/pw\"\n[transport]"), vec![], "/nonexistent/pw"),
+    /// (case, config text, environment, expected message part)
+    type Row<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, &'a str);
+    let rows: Vec<Row> = vec![
+        (
+            "unknown key",
+            format!("{MINIMAL_LOCAL}\n[ledger]\ndatabse = \"x\"\n"),
+            vec![],
+            "unknown field `databse`",
+        ),
+        (
+            "missing section",
+            MINIMAL_LOCAL.replace(
+                "[staging]\nroot = \"/var/lib/clickhouse/chpart-staging/\"",
+                "",
+            ),
+            vec![],
+            "missing field `staging`",
+        ),
+        (
+            "typo in an override",
+            MINIMAL_LOCAL.into(),
+            vec![("CHPART_SSSH_HOST", "x")],
+            "CHPART_SSSH_HOST is not a chpart setting",
+        ),
+        (
+            "override of an unknown key",
+            MINIMAL_LOCAL.into(),
+            vec![("CHPART_SSH_HOSTNAME", "x")],
+            "unknown field `hostname`",
+        ),
+        (
+            "relative staging root",
+            MINIMAL_LOCAL.replace("/var/lib/clickhouse/chpart-staging/", "staging"),
+            vec![],
+            "staging.root: \"staging\" must be an absolute path",
+        ),
+        (
+            "dot-dot staging root",
+            MINIMAL_LOCAL.replace("chpart-staging/", "../etc"),
+            vec![],
+            "staging.root",
+        ),
+        (
+            "sftp without [ssh]",
+            sftp_without_ssh,
+            vec![],
+            "needs an [ssh] section",
+        ),
+        (
+            "url with credentials",
+            MINIMAL_LOCAL.replace("http://127.0.0.1", "http://u:pw@127.0.0.1"),
+            vec![],
+            "must not carry credentials",
+        ),
+        (
+            "not a url",
+            MINIMAL_LOCAL.replace("http://127.0.0.1:8123", "127.0.0.1:8123"),
+            vec![],
+            "clickhouse.url",
+        ),
+        (
+            "zero timeout",
+            MINIMAL_LOCAL.into(),
+            vec![("CHPART_CLICKHOUSE_REQUEST_TIMEOUT_SECS", "0")],
+            "request_timeout_secs: must be at least 1",
+        ),
+        (
+            "bad ledger database",
+            MINIMAL_LOCAL.into(),
+            vec![("CHPART_LEDGER_DATABASE", "a-b")],
+            "ledger.database",
+        ),
+        (
+            "named password variable unset",
+            MINIMAL_LOCAL.replace("[transport]", "password_env = \"NOPE_PW\"\n[transport]"),
+            vec![],
+            "environment variable NOPE_PW",
+        ),
+        (
+            "missing password file",
+            MINIMAL_LOCAL.replace(
+                "[transport]",
+                "password_file = \"/nonexistent/pw\"\n[transport]",
+            ),
+            vec![],
+            "/nonexistent/pw",
+        ),
         ("not toml", "[clickhouse\nurl=".into(), vec![], "test.toml"),
     ];
     for (name, text, vars, want) in rows {
-        let err = load(&text, &vars).err().unwrap_or_else(|| panic!("{name}: accepted"));
+        let err = load(&text, &vars)
+            .err()
+            .unwrap_or_else(|| panic!("{name}: accepted"));
         assert!(err.to_string().contains(want), "{name}: {err}");
     }
 }
@@ -97,12 +199,22 @@ fn rejections_name_the_key_or_variable() {
 #[test]
 fn ssh_section_validation() {
     let base = MINIMAL_LOCAL.replace("kind = \"local\"", "kind = \"sftp\"");
-    let with_ssh = |ssh: &str| format!("{base}\n[ssh]\nhost = \"h\"\nuser = \"clickhouse\"\nknown_hosts = \"/k\"\n{ssh}\n");
+    let with_ssh = |ssh: &str| {
+        format!("{base}\n[ssh]\nhost = \"h\"\nuser = \"clickhouse\"\nknown_hosts = \"/k\"\n{ssh}\n")
+    };
     let config = load(&with_ssh("identity_file = \"/id\"\nport = 2222"), &[]).unwrap();
-    let Transport::Sftp(ssh) = config.transport else { panic!() };
-    assert_eq!((ssh.host.as_str(), ssh.port, ssh.connect_timeout), ("h", 2222, Duration::from_secs(15)));
+    let Transport::Sftp(ssh) = config.transport else {
+        panic!()
+    };
+    assert_eq!(
+        (ssh.host.as_str(), ssh.port, ssh.connect_timeout),
+        ("h", 2222, Duration::from_secs(15))
+    );
     let err = load(&with_ssh(""), &[]).unwrap_err();
-    assert!(err.to_string().contains("set identity_file or use_agent"), "{err}");
+    assert!(
+        err.to_string().contains("set identity_file or use_agent"),
+        "{err}"
+    );
     let err = load(&with_ssh("use_agent = true\nwrite_buffer_kib = 1"), &[]).unwrap_err();
     assert!(err.to_string().contains("ssh.write_buffer_kib"), "{err}");
 }

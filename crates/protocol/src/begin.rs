@@ -54,7 +54,9 @@ impl BeginOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum BeginError {
     /// The load is committed or aborted: it cannot be begun again.
-    #[error("load {load} is already {state}; a finished load cannot be begun again (use a new load id)")]
+    #[error(
+        "load {load} is already {state}; a finished load cannot be begun again (use a new load id)"
+    )]
     NotOpen {
         /// The load.
         load: LoadId,
@@ -99,12 +101,19 @@ pub enum BeginError {
 /// loads of one table never share a shadow.
 pub fn shadow_table(target: &TableRef, load: &LoadId) -> Result<TableRef, BeginError> {
     let digest = Sha256::digest(load.as_str().as_bytes());
-    let name = format!("{}__chpart_{}", target.table.as_str(), &hex::encode(digest)[..12]);
+    let name = format!(
+        "{}__chpart_{}",
+        target.table.as_str(),
+        &hex::encode(digest)[..12]
+    );
     let table: TableName = name.parse().map_err(|e| BeginError::Unsupported {
         table: target.clone(),
         message: format!("its name is too long for a shadow table name ({e})"),
     })?;
-    Ok(TableRef { database: target.database.clone(), table })
+    Ok(TableRef {
+        database: target.database.clone(),
+        table,
+    })
 }
 
 fn describe(target: &TableRef, mode: Mode, visibility: Visibility) -> String {
@@ -126,10 +135,13 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         });
     }
     let (db, table) = (req.target.database.as_str(), req.target.table.as_str());
-    let info = server.table_info(db, table).await?.ok_or_else(|| BeginError::TableMissing {
-        table: req.target.clone(),
-        endpoint: server.endpoint().to_owned(),
-    })?;
+    let info = server
+        .table_info(db, table)
+        .await?
+        .ok_or_else(|| BeginError::TableMissing {
+            table: req.target.clone(),
+            endpoint: server.endpoint().to_owned(),
+        })?;
     let target_snapshot = TableSnapshot::from_server(&info, &server.columns(db, table).await?);
     if !target_snapshot.engine_supported() {
         return Err(BeginError::Unsupported {
@@ -141,7 +153,10 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         });
     }
     if target_snapshot.data_paths.is_empty() {
-        return Err(BeginError::Unsupported { table: req.target.clone(), message: "the server reports no data path".into() });
+        return Err(BeginError::Unsupported {
+            table: req.target.clone(),
+            message: "the server reports no data path".into(),
+        });
     }
 
     let (publish, publish_snapshot) = match req.visibility {
@@ -156,10 +171,14 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
                 ))
                 .await?;
             let (sdb, stable) = (shadow.database.as_str(), shadow.table.as_str());
-            let info = server.table_info(sdb, stable).await?.ok_or_else(|| BeginError::TableMissing {
-                table: shadow.clone(),
-                endpoint: server.endpoint().to_owned(),
-            })?;
+            let info =
+                server
+                    .table_info(sdb, stable)
+                    .await?
+                    .ok_or_else(|| BeginError::TableMissing {
+                        table: shadow.clone(),
+                        endpoint: server.endpoint().to_owned(),
+                    })?;
             let snapshot = TableSnapshot::from_server(&info, &server.columns(sdb, stable).await?);
             if snapshot.fingerprint != target_snapshot.fingerprint {
                 return Err(BeginError::Unsupported {
@@ -188,12 +207,15 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         opened_at_unix_ms: now_unix_ms(),
     };
     let body = serde_json::to_string(&spec).expect("a LoadSpec serializes");
-    ledger.append(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body).await?;
+    ledger
+        .append(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body)
+        .await?;
     // Read back: if another `begin` of the same load won the race, its spec is the load's.
     let view = ledger.view(&req.load, &[]).await?;
     match view.spec {
         Some(winner) if winner == spec => Ok(BeginOutcome::Opened(spec)),
-        winner => Ok(existing_outcome(&view.state, winner.as_ref(), req)?.unwrap_or(BeginOutcome::Opened(spec))),
+        winner => Ok(existing_outcome(&view.state, winner.as_ref(), req)?
+            .unwrap_or(BeginOutcome::Opened(spec))),
     }
 }
 
@@ -204,10 +226,13 @@ fn existing_outcome(
     req: &BeginRequest,
 ) -> Result<Option<BeginOutcome>, BeginError> {
     match (state, spec) {
-        (LoadState::Committed | LoadState::Aborted, _) => {
-            Err(BeginError::NotOpen { load: req.load.clone(), state: state.as_str() })
-        }
-        (LoadState::Open, Some(spec)) if spec.same_request(&req.target, req.mode, req.visibility) => {
+        (LoadState::Committed | LoadState::Aborted, _) => Err(BeginError::NotOpen {
+            load: req.load.clone(),
+            state: state.as_str(),
+        }),
+        (LoadState::Open, Some(spec))
+            if spec.same_request(&req.target, req.mode, req.visibility) =>
+        {
             Ok(Some(BeginOutcome::AlreadyOpen(spec.clone())))
         }
         (LoadState::Open, Some(spec)) => Err(BeginError::Conflict {

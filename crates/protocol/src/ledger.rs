@@ -199,12 +199,13 @@ pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView,
         match e.kind.as_str() {
             kind::LOAD_OPENED => {
                 if spec.is_none() {
-                    let parsed: LoadSpec = serde_json::from_str(&e.body).map_err(|err| LedgerError::BadEntry {
-                        load: e.load_id.clone(),
-                        entry_id: e.entry_id.clone(),
-                        kind: e.kind.clone(),
-                        message: err.to_string(),
-                    })?;
+                    let parsed: LoadSpec =
+                        serde_json::from_str(&e.body).map_err(|err| LedgerError::BadEntry {
+                            load: e.load_id.clone(),
+                            entry_id: e.entry_id.clone(),
+                            kind: e.kind.clone(),
+                            message: err.to_string(),
+                        })?;
                     spec = Some(parsed);
                 }
                 if state == LoadState::Unknown {
@@ -214,7 +215,9 @@ pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView,
             kind::LOAD_COMMITTED if matches!(state, LoadState::Open | LoadState::Unknown) => {
                 state = LoadState::Committed
             }
-            kind::LOAD_ABORTED if matches!(state, LoadState::Open | LoadState::Unknown) => state = LoadState::Aborted,
+            kind::LOAD_ABORTED if matches!(state, LoadState::Open | LoadState::Unknown) => {
+                state = LoadState::Aborted
+            }
             kind::LOAD_COMMITTED | kind::LOAD_ABORTED => {}
             other if known_kinds.contains(&other) => {}
             other => {
@@ -226,7 +229,11 @@ pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView,
             }
         }
     }
-    Ok(LoadView { state, spec, entries })
+    Ok(LoadView {
+        state,
+        spec,
+        entries,
+    })
 }
 
 #[cfg(test)]
@@ -253,13 +260,37 @@ mod tests {
         let rows: Vec<(&str, Vec<Entry>, LoadState)> = vec![
             ("nothing written", vec![], LoadState::Unknown),
             ("begun", vec![opened(1)], LoadState::Open),
-            ("begun twice (retried insert)", vec![opened(1), opened(2)], LoadState::Open),
-            ("committed", vec![opened(1), committed(5)], LoadState::Committed),
+            (
+                "begun twice (retried insert)",
+                vec![opened(1), opened(2)],
+                LoadState::Open,
+            ),
+            (
+                "committed",
+                vec![opened(1), committed(5)],
+                LoadState::Committed,
+            ),
             ("aborted", vec![opened(1), aborted(5)], LoadState::Aborted),
-            ("commit then a racing abort: first wins", vec![opened(1), committed(5), aborted(6)], LoadState::Committed),
-            ("abort then a racing commit: first wins", vec![opened(1), committed(7), aborted(6)], LoadState::Aborted),
-            ("entries out of order", vec![committed(5), opened(1)], LoadState::Committed),
-            ("abort of a never-begun load fences it", vec![aborted(3)], LoadState::Aborted),
+            (
+                "commit then a racing abort: first wins",
+                vec![opened(1), committed(5), aborted(6)],
+                LoadState::Committed,
+            ),
+            (
+                "abort then a racing commit: first wins",
+                vec![opened(1), committed(7), aborted(6)],
+                LoadState::Aborted,
+            ),
+            (
+                "entries out of order",
+                vec![committed(5), opened(1)],
+                LoadState::Committed,
+            ),
+            (
+                "abort of a never-begun load fences it",
+                vec![aborted(3)],
+                LoadState::Aborted,
+            ),
         ];
         for (name, entries, want) in rows {
             let view = replay(entries, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -269,9 +300,19 @@ mod tests {
 
     #[test]
     fn duplicates_collapse_and_unknown_kinds_are_refused() {
-        let view = replay(vec![entry("a:1", "x_step", 2, "{}"), entry("a:1", "x_step", 3, "{}")], &["x_step"]).unwrap();
+        let view = replay(
+            vec![
+                entry("a:1", "x_step", 2, "{}"),
+                entry("a:1", "x_step", 3, "{}"),
+            ],
+            &["x_step"],
+        )
+        .unwrap();
         assert_eq!(view.entries.len(), 1);
-        assert_eq!(view.entries[0].written_at_ms, 2, "the first write of an id counts");
+        assert_eq!(
+            view.entries[0].written_at_ms, 2,
+            "the first write of an id counts"
+        );
         let err = replay(vec![entry("z", "from_the_future", 1, "{}")], &[]).unwrap_err();
         assert!(err.to_string().contains("from_the_future"), "{err}");
         let err = replay(vec![entry("open", kind::LOAD_OPENED, 1, "{not json")], &[]).unwrap_err();

@@ -12,10 +12,12 @@
 //! - [`store`]: the ledger table in ClickHouse.
 //! - [`snapshot`]: what `begin` records about the target table.
 //! - [`begin`]: opening a load.
+//! - [`build`]: one task attempt, from rows to published parts and a manifest.
 
 #![warn(missing_docs)]
 
 pub mod begin;
+pub mod build;
 pub mod ledger;
 pub mod snapshot;
 pub mod store;
@@ -43,7 +45,8 @@ fn server_failure(e: &chpart_server::ServerError) -> FailureKind {
 impl store::LedgerStoreError {
     /// The failure kind.
     pub fn kind(&self) -> FailureKind {
-        self.server_error().map_or(FailureKind::Permanent, server_failure)
+        self.server_error()
+            .map_or(FailureKind::Permanent, server_failure)
     }
 }
 
@@ -58,3 +61,7 @@ impl begin::BeginError {
         }
     }
 }
+
+/// Ledger entry kinds written by steps beyond `begin` (commit plans and outcomes); replay keeps
+/// them for those steps instead of refusing them as unknown.
+pub const KNOWN_KINDS: &[&str] = &[];

@@ -75,7 +75,9 @@ impl TableSnapshot {
     /// Whether the engine is one chpart can build parts for (the MergeTree family, not
     /// replicated: a replicated table's parts must be attached on every replica).
     pub fn engine_supported(&self) -> bool {
-        self.engine.ends_with("MergeTree") && !self.engine.starts_with("Replicated") && !self.engine.starts_with("Shared")
+        self.engine.ends_with("MergeTree")
+            && !self.engine.starts_with("Replicated")
+            && !self.engine.starts_with("Shared")
     }
 }
 

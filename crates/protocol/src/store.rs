@@ -38,7 +38,7 @@ pub enum LedgerStoreError {
         database: String,
         /// The server's error.
         #[source]
-        source: ServerError,
+        source: Box<ServerError>,
     },
     /// The entries cannot be interpreted.
     #[error(transparent)]
@@ -49,7 +49,7 @@ impl LedgerStoreError {
     /// The server error, if that is what failed (for retry classification).
     pub fn server_error(&self) -> Option<&ServerError> {
         match self {
-            LedgerStoreError::Server { source, .. } => Some(source),
+            LedgerStoreError::Server { source, .. } => Some(source.as_ref()),
             LedgerStoreError::Ledger(_) => None,
         }
     }
@@ -57,7 +57,10 @@ impl LedgerStoreError {
 
 /// Milliseconds since the Unix epoch, on this machine's clock.
 pub fn now_unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl Ledger {
@@ -72,17 +75,27 @@ impl Ledger {
     }
 
     fn table(&self) -> String {
-        format!("{}.{}", quote_ident(&self.database), quote_ident(LEDGER_TABLE))
+        format!(
+            "{}.{}",
+            quote_ident(&self.database),
+            quote_ident(LEDGER_TABLE)
+        )
     }
 
     fn err(&self, source: ServerError) -> LedgerStoreError {
-        LedgerStoreError::Server { database: self.database.clone(), source }
+        LedgerStoreError::Server {
+            database: self.database.clone(),
+            source: Box::new(source),
+        }
     }
 
     /// Creates the database and table if they do not exist. Idempotent.
     pub async fn ensure(&self) -> Result<(), LedgerStoreError> {
         let db = quote_ident(&self.database);
-        self.server.execute(&format!("CREATE DATABASE IF NOT EXISTS {db}")).await.map_err(|e| self.err(e))?;
+        self.server
+            .execute(&format!("CREATE DATABASE IF NOT EXISTS {db}"))
+            .await
+            .map_err(|e| self.err(e))?;
         // fsync so that an acknowledged entry survives a server crash: fencing and resume rely on it.
         let ddl = format!(
             "CREATE TABLE IF NOT EXISTS {} (\
@@ -96,14 +109,29 @@ impl Ledger {
     }
 
     /// Appends one entry (idempotent by `entry_id`: replay keeps the first).
-    pub async fn append(&self, load: &LoadId, entry_id: &str, kind: &str, body: &str) -> Result<(), LedgerStoreError> {
+    pub async fn append(
+        &self,
+        load: &LoadId,
+        entry_id: &str,
+        kind: &str,
+        body: &str,
+    ) -> Result<(), LedgerStoreError> {
         let sql = format!(
             "INSERT INTO {} (load_id, entry_id, kind, writer, body) \
              SELECT {{l:String}}, {{e:String}}, {{k:String}}, {{w:String}}, {{b:String}}",
             self.table()
         );
-        let params = [("l", load.as_str()), ("e", entry_id), ("k", kind), ("w", self.writer.as_str()), ("b", body)];
-        self.server.execute_with(&sql, &params).await.map_err(|e| self.err(e))
+        let params = [
+            ("l", load.as_str()),
+            ("e", entry_id),
+            ("k", kind),
+            ("w", self.writer.as_str()),
+            ("b", body),
+        ];
+        self.server
+            .execute_with(&sql, &params)
+            .await
+            .map_err(|e| self.err(e))
     }
 
     /// Every entry of `load`, raw.
@@ -113,7 +141,11 @@ impl Ledger {
              writer, body FROM {} WHERE load_id = {{l:String}} ORDER BY written_at, entry_id",
             self.table()
         );
-        let rows: Vec<EntryRow> = self.server.fetch(&sql, &[("l", load.as_str())]).await.map_err(|e| self.err(e))?;
+        let rows: Vec<EntryRow> = self
+            .server
+            .fetch(&sql, &[("l", load.as_str())])
+            .await
+            .map_err(|e| self.err(e))?;
         Ok(rows
             .into_iter()
             .map(|r| Entry {
@@ -128,10 +160,18 @@ impl Ledger {
     }
 
     /// The load's state by replay. A missing ledger table means no load was ever begun.
-    pub async fn view(&self, load: &LoadId, known_kinds: &[&str]) -> Result<LoadView, LedgerStoreError> {
+    pub async fn view(
+        &self,
+        load: &LoadId,
+        known_kinds: &[&str],
+    ) -> Result<LoadView, LedgerStoreError> {
         let entries = match self.entries(load).await {
             Ok(entries) => entries,
-            Err(LedgerStoreError::Server { source, .. }) if matches!(source.code(), Some(60) | Some(81)) => Vec::new(),
+            Err(LedgerStoreError::Server { source, .. })
+                if matches!(source.code(), Some(60) | Some(81)) =>
+            {
+                Vec::new()
+            }
             Err(e) => return Err(e),
         };
         Ok(replay(entries, known_kinds)?)

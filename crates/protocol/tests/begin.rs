@@ -30,7 +30,10 @@ fn request(db: &TestDb, load: &str, mode: Mode, visibility: Visibility) -> Begin
 }
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -44,7 +47,12 @@ fn begin_opens_once_snapshots_the_table_and_creates_the_shadow() {
     ));
     let ledger = ledger_for(&db);
     let rt = rt();
-    let req = request(&db, "hour-2026-11-30T09", Mode::Append, Visibility::Partition);
+    let req = request(
+        &db,
+        "hour-2026-11-30T09",
+        Mode::Append,
+        Visibility::Partition,
+    );
     let spec = match rt.block_on(begin(&ledger, &req)).unwrap() {
         BeginOutcome::Opened(spec) => spec,
         other => panic!("expected a new load, got {other:?}"),
@@ -54,11 +62,21 @@ fn begin_opens_once_snapshots_the_table_and_creates_the_shadow() {
     assert_eq!(spec.server_version, "26.9.2.1");
     assert_eq!(spec.target_snapshot.partition_key, "toYYYYMM(ts)");
     assert_eq!(spec.target_snapshot.columns.len(), 3);
-    assert_eq!(spec.target_snapshot.fingerprint, spec.publish_snapshot.fingerprint);
-    assert_ne!(spec.target_snapshot.data_paths, spec.publish_snapshot.data_paths, "the shadow has its own detached/");
+    assert_eq!(
+        spec.target_snapshot.fingerprint,
+        spec.publish_snapshot.fingerprint
+    );
+    assert_ne!(
+        spec.target_snapshot.data_paths, spec.publish_snapshot.data_paths,
+        "the shadow has its own detached/"
+    );
     assert!(spec.publish_snapshot.data_paths[0].starts_with(ch.data_dir.to_str().unwrap()));
     assert_eq!(
-        ch.q(&format!("EXISTS TABLE `{}`.`{}`", shadow.database, shadow.table)).trim(),
+        ch.q(&format!(
+            "EXISTS TABLE `{}`.`{}`",
+            shadow.database, shadow.table
+        ))
+        .trim(),
         "1"
     );
 
@@ -72,39 +90,78 @@ fn begin_opens_once_snapshots_the_table_and_creates_the_shadow() {
     assert_eq!(view.entries.len(), 1);
 
     // A different request for the open load is refused and names both.
-    let other = request(&db, "hour-2026-11-30T09", Mode::Replace, Visibility::Partition);
+    let other = request(
+        &db,
+        "hour-2026-11-30T09",
+        Mode::Replace,
+        Visibility::Partition,
+    );
     let err = rt.block_on(begin(&ledger, &other)).unwrap_err();
     assert!(matches!(err, BeginError::Conflict { .. }), "{err}");
-    assert!(err.to_string().contains("mode append") && err.to_string().contains("mode replace"), "{err}");
+    assert!(
+        err.to_string().contains("mode append") && err.to_string().contains("mode replace"),
+        "{err}"
+    );
 
     // Once committed, begin refuses with NotOpen.
-    rt.block_on(ledger.append(&req.load, "commit", kind::LOAD_COMMITTED, "{}")).unwrap();
+    rt.block_on(ledger.append(&req.load, "commit", kind::LOAD_COMMITTED, "{}"))
+        .unwrap();
     let err = rt.block_on(begin(&ledger, &req)).unwrap_err();
-    assert!(matches!(err, BeginError::NotOpen { state: "committed", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            BeginError::NotOpen {
+                state: "committed",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
 fn begin_refuses_what_cannot_work() {
     let ch = shared();
     let db = TestDb::new(ch, "begin_refuses");
-    ch.q(&format!("CREATE TABLE `{}`.logtable (x UInt64) ENGINE = Log", db.name));
+    ch.q(&format!(
+        "CREATE TABLE `{}`.logtable (x UInt64) ENGINE = Log",
+        db.name
+    ));
     let ledger = ledger_for(&db);
     let rt = rt();
 
-    let err = rt.block_on(begin(&ledger, &request(&db, "l1", Mode::Append, Visibility::Part))).unwrap_err();
+    let err = rt
+        .block_on(begin(
+            &ledger,
+            &request(&db, "l1", Mode::Append, Visibility::Part),
+        ))
+        .unwrap_err();
     assert!(matches!(err, BeginError::TableMissing { .. }), "{err}");
     assert!(err.to_string().contains(".events does not exist"), "{err}");
 
     let mut req = request(&db, "l2", Mode::Append, Visibility::Part);
     req.target = format!("{}.logtable", db.name).parse().unwrap();
     let err = rt.block_on(begin(&ledger, &req)).unwrap_err();
-    assert!(err.to_string().contains("engine Log is not supported"), "{err}");
+    assert!(
+        err.to_string().contains("engine Log is not supported"),
+        "{err}"
+    );
 
-    let err = rt.block_on(begin(&ledger, &request(&db, "l3", Mode::Replace, Visibility::Part))).unwrap_err();
-    assert!(err.to_string().contains("needs --visibility partition"), "{err}");
+    let err = rt
+        .block_on(begin(
+            &ledger,
+            &request(&db, "l3", Mode::Replace, Visibility::Part),
+        ))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("needs --visibility partition"),
+        "{err}"
+    );
     // Nothing was recorded for refused loads.
     for load in ["l1", "l2", "l3"] {
-        let view = rt.block_on(ledger.view(&load.parse().unwrap(), &[])).unwrap();
+        let view = rt
+            .block_on(ledger.view(&load.parse().unwrap(), &[]))
+            .unwrap();
         assert_eq!(view.state, LoadState::Unknown, "{load}");
     }
 }

@@ -240,7 +240,11 @@ impl Server {
     }
 
     /// Runs a statement with `{name: Type}` server-side parameters that returns no rows.
-    pub async fn execute_with(&self, sql: &str, params: &[(&str, &str)]) -> Result<(), ServerError> {
+    pub async fn execute_with(
+        &self,
+        sql: &str,
+        params: &[(&str, &str)],
+    ) -> Result<(), ServerError> {
         let mut query = self.client.query_raw(sql);
         for (name, value) in params {
             query = query.param(name, *value);

@@ -1,0 +1,32 @@
+//! Building native MergeTree parts with `clickhouse-local`, outside the ClickHouse server.
+//!
+//! Each batch task attempt of a chpart load turns its rows into parts here: it creates, in a
+//! private clickhouse-local data directory, a table with exactly the target table's shape,
+//! inserts its rows, and hands over the part directories clickhouse-local wrote, checked and
+//! digested, for shipping to the server's `detached/` and a later `ATTACH PART`. Building with
+//! the server's own engine (rather than writing the format ourselves) is what makes the parts
+//! byte-compatible with the server; the cost is running an external program, which
+//! [`runner`] does carefully.
+//!
+//! - [`runner`]: runs clickhouse-local with streamed stdin, bounded stderr, a timeout, and no
+//!   orphaned or zombie children.
+//! - [`ddl`]: adapts the target's `create_table_query` for clickhouse-local.
+//! - [`parts`]: the build session's SQL, the checks each built part must pass, and file digests.
+//! - [`workdir`]: the scratch directory of one build, unique per process and attempt.
+
+#![deny(missing_docs)]
+
+pub mod ddl;
+pub mod parts;
+pub mod runner;
+mod sql;
+pub mod workdir;
+
+pub use ddl::{local_table_ddl, DdlError};
+pub use parts::{
+    build_query, digest_part, inspect_parts, local_args, BuiltPart, DigestError, PartCheckError,
+    QueryError, Source, StdinInput,
+};
+pub use runner::{LocalCommand, Producer, RunError, Stdin};
+pub use sql::{quote_ident, quote_str};
+pub use workdir::{WorkDir, WorkDirError};

@@ -1,0 +1,529 @@
+//! The clickhouse-local session that builds parts, and the checks a built part must pass.
+//!
+//! One attempt builds its parts in one clickhouse-local run ([`build_query`]): create the local
+//! table from the adapted DDL ([`crate::ddl`]), insert the attempt's rows, and print
+//! `system.parts` for the table. The parts are then shipped as they are, so before anything
+//! leaves the machine [`inspect_parts`] checks each one against what ClickHouse reported and
+//! against what ATTACH PART will expect, and [`digest_part`] records every file's size and
+//! SHA-256 so the copy in `detached/` can be verified end to end.
+//!
+//! Merges are stopped before the inserts. Left running, clickhouse-local may merge the fresh
+//! parts in the background while the session is still open, so the same input would give a
+//! different set of parts from run to run, and a merge caught half-way leaves `tmp_merge_*`
+//! directories behind. With `merge`, the session instead ends with `OPTIMIZE TABLE ... FINAL`,
+//! which merges each partition down to one part (level > 0); [`inspect_parts`] then has to be
+//! told to accept levels above 0.
+
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use chpart_core::{FileEntry, PartName, PartNameError, PartitionId};
+use sha2::{Digest, Sha256};
+
+use crate::sql::{quote_ident, quote_os, quote_str};
+
+/// Where the rows of an INSERT come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The input table clickhouse-local creates from stdin (`--table NAME --structure ...
+    /// --input-format ...`); see [`local_args`]. Its columns must be named like the insert
+    /// columns: rows are taken by name, not by position.
+    StdinTable(String),
+    /// Files read with the `file()` table function: (absolute path, format, structure), one
+    /// INSERT per file. The structure's column names must match the insert columns.
+    Files(Vec<(PathBuf, String, String)>),
+}
+
+/// clickhouse-local's input table, for [`local_args`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StdinInput {
+    /// Table name (`--table`); use the same name in [`Source::StdinTable`].
+    pub table: String,
+    /// Input format (`--input-format`), e.g. `TabSeparated`, `ArrowStream`, `Native`.
+    pub format: String,
+    /// Column list (`--structure`), e.g. `id UInt64, ts DateTime64(3, 'UTC')`.
+    pub structure: String,
+}
+
+/// Why a build query cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// A `file()` source with a relative path: it would be resolved against clickhouse-local's
+    /// own directory for user files, not the directory chpart meant.
+    #[error("input file {} for the clickhouse-local build is not an absolute path", path.display())]
+    RelativePath {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A source with no files: the build would make no parts, which is never what was meant.
+    #[error("the clickhouse-local build has no input files")]
+    NoFiles,
+}
+
+/// The statements of one build session, ending with a query whose TabSeparated output is what
+/// [`inspect_parts`] reads. `ddl` is [`crate::ddl::local_table_ddl`]'s statement for
+/// `database`.`table`; `insert_columns` are the columns the input provides (empty: all of the
+/// table's insertable columns, in table order). With `merge`, each partition is merged into one
+/// part with `OPTIMIZE TABLE ... FINAL` after the inserts.
+pub fn build_query(
+    ddl: &str,
+    database: &str,
+    table: &str,
+    insert_columns: &[String],
+    source: Source,
+    merge: bool,
+) -> Result<String, QueryError> {
+    let target = format!("{}.{}", quote_ident(database), quote_ident(table));
+    let (column_list, select_list) = if insert_columns.is_empty() {
+        (String::new(), "*".to_string())
+    } else {
+        let quoted: Vec<String> = insert_columns.iter().map(|c| quote_ident(c)).collect();
+        (format!(" ({})", quoted.join(", ")), quoted.join(", "))
+    };
+    let mut statements = vec![
+        format!("CREATE DATABASE {}", quote_ident(database)),
+        ddl.trim().trim_end_matches(';').trim_end().to_string(),
+        format!("SYSTEM STOP MERGES {target}"),
+    ];
+    match source {
+        Source::StdinTable(name) => {
+            statements.push(format!(
+                "INSERT INTO {target}{column_list} SELECT {select_list} FROM {}",
+                quote_ident(&name)
+            ));
+        }
+        Source::Files(files) => {
+            if files.is_empty() {
+                return Err(QueryError::NoFiles);
+            }
+            for (path, format, structure) in files {
+                if !path.is_absolute() {
+                    return Err(QueryError::RelativePath { path });
+                }
+                statements.push(format!(
+                    "INSERT INTO {target}{column_list} SELECT {select_list} FROM file({}, {}, {})",
+                    quote_os(path.as_os_str()),
+                    quote_str(&format),
+                    quote_str(&structure)
+                ));
+            }
+        }
+    }
+    if merge {
+        statements.push(format!("SYSTEM START MERGES {target}"));
+        statements.push(format!("OPTIMIZE TABLE {target} FINAL"));
+    }
+    statements.push(format!(
+        "SELECT name, partition_id, rows, hash_of_all_files, path, level, data_version FROM system.parts \
+         WHERE database = {} AND table = {} AND active ORDER BY name FORMAT TabSeparated",
+        quote_str(database),
+        quote_str(table)
+    ));
+    Ok(statements.join(";\n"))
+}
+
+/// clickhouse-local's arguments for a build session: its data directory, the input table when
+/// rows come on stdin, and the query.
+pub fn local_args(data_path: &Path, input: Option<&StdinInput>, query: &str) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["--path".into(), data_path.into()];
+    if let Some(input) = input {
+        for (flag, value) in [
+            ("--table", &input.table),
+            ("--input-format", &input.format),
+            ("--structure", &input.structure),
+            ("--file", &"-".to_string()),
+        ] {
+            args.push(flag.into());
+            args.push(value.into());
+        }
+    }
+    args.push("--query".into());
+    args.push(query.into());
+    args
+}
+
+/// A part clickhouse-local built, as reported by `system.parts` and checked on disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuiltPart {
+    /// Its name in the local table (not the name it gets in `detached/`).
+    pub local_name: PartName,
+    /// Its partition.
+    pub partition_id: PartitionId,
+    /// Row count (equal to its `count.txt`).
+    pub rows: u64,
+    /// ClickHouse's `hash_of_all_files` (32 hex digits), which the server reports again after
+    /// ATTACH PART: a cheap end-to-end check of the attached part.
+    pub hash_of_all_files: String,
+    /// The part directory.
+    pub dir: PathBuf,
+    /// Merge level: 0 unless built with `merge`.
+    pub level: u32,
+}
+
+/// Why the build's output or a built part is not acceptable.
+#[derive(Debug, thiserror::Error)]
+pub enum PartCheckError {
+    /// A line of the `system.parts` output does not have the expected 7 fields.
+    #[error(
+        "line {line} of clickhouse-local's system.parts output is malformed ({problem}): {text:?}"
+    )]
+    Malformed {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        problem: String,
+        /// The line (truncated).
+        text: String,
+    },
+    /// The reported name is not a part name.
+    #[error("clickhouse-local reported part {part:?}: {source}")]
+    BadName {
+        /// The reported name.
+        part: String,
+        /// Why it is not a part name.
+        source: PartNameError,
+    },
+    /// Something is wrong with one part.
+    #[error("part {part} ({}): {problem}", dir.display())]
+    Part {
+        /// The part's name.
+        part: String,
+        /// Its directory.
+        dir: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Parts of one table reported in different directories.
+    #[error("parts {first} and {other} are in different table directories ({} and {})", first_dir.display(), other_dir.display())]
+    MixedTableDirs {
+        /// A part in the first directory.
+        first: String,
+        /// Its table directory.
+        first_dir: PathBuf,
+        /// A part elsewhere.
+        other: String,
+        /// Its table directory.
+        other_dir: PathBuf,
+    },
+    /// The table directory holds an unfinished part (`tmp_*`).
+    #[error("table directory {} holds unfinished part directory {entry:?}: the build did not finish cleanly", table_dir.display())]
+    TmpLeftover {
+        /// The table's data directory.
+        table_dir: PathBuf,
+        /// The entry found.
+        entry: String,
+    },
+    /// Listing the table directory failed.
+    #[error("cannot list table directory {}: {source}", table_dir.display())]
+    ListTableDir {
+        /// The table's data directory.
+        table_dir: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// Prefixes of directories ClickHouse is still writing (or deleting) in a table directory.
+const TMP_PREFIXES: &[&str] = &["tmp_", "tmp-fetch_", "delete_tmp_"];
+
+/// Files every part has and chpart relies on.
+const REQUIRED_FILES: &[&str] = &["checksums.txt", "metadata_version.txt", "count.txt"];
+
+/// Reads [`build_query`]'s output and checks each reported part on disk: the directory exists
+/// and is named like the part; the partition in the name is the one reported; the level is 0
+/// (or anything, with `allow_merged`) and there is no mutation; `data_version` is consistent with
+/// the name; `checksums.txt` and `metadata_version.txt` exist and `count.txt` equals `rows`; and
+/// the table directory (the parts' common parent) holds no `tmp_*` leftovers. Every error names
+/// the part and what is wrong.
+pub fn inspect_parts(
+    system_parts_tsv: &str,
+    allow_merged: bool,
+) -> Result<Vec<BuiltPart>, PartCheckError> {
+    let mut parts = Vec::new();
+    let mut table_dir: Option<(String, PathBuf)> = None;
+    for (index, line) in system_parts_tsv.lines().enumerate() {
+        let malformed = |problem: String| PartCheckError::Malformed {
+            line: index + 1,
+            problem,
+            text: line.chars().take(200).collect(),
+        };
+        let fields: Vec<String> = line.split('\t').map(unescape_tsv).collect();
+        let [name, partition_id, rows, hash, path, level, data_version] = fields.as_slice() else {
+            return Err(malformed(format!("{} fields instead of 7", fields.len())));
+        };
+        let local_name: PartName = name.parse().map_err(|source| PartCheckError::BadName {
+            part: name.clone(),
+            source,
+        })?;
+        let dir = PathBuf::from(path.trim_end_matches('/'));
+        let fail = |problem: String| PartCheckError::Part {
+            part: name.clone(),
+            dir: dir.clone(),
+            problem,
+        };
+        let number = |field: &str, text: &str| {
+            text.parse::<u64>()
+                .map_err(|_| malformed(format!("{field} {text:?} is not a number")))
+        };
+        let rows = number("rows", rows)?;
+        let level = number("level", level)?;
+        let data_version = number("data_version", data_version)?;
+
+        if partition_id != local_name.partition_id().as_str() {
+            return Err(fail(format!(
+                "system.parts reports partition {partition_id:?}, the name says {:?}",
+                local_name.partition_id().as_str()
+            )));
+        }
+        if level != u64::from(local_name.level()) {
+            return Err(fail(format!(
+                "system.parts reports level {level}, the name says {}",
+                local_name.level()
+            )));
+        }
+        if let Some(mutation) = local_name.mutation() {
+            return Err(fail(format!("it was mutated (mutation version {mutation}); chpart ships freshly written parts only")));
+        }
+        if level > 0 && !allow_merged {
+            return Err(fail(format!(
+                "it is a merged part (level {level}); background merges should have been stopped, and only a build with merge enabled makes merged parts"
+            )));
+        }
+        if data_version != local_name.min_block() {
+            return Err(fail(format!(
+                "data_version {data_version} differs from the part's first block {}",
+                local_name.min_block()
+            )));
+        }
+        if hash.len() != 32 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(fail(format!(
+                "hash_of_all_files {hash:?} is not 32 hex digits"
+            )));
+        }
+        if !dir.is_absolute() {
+            return Err(fail("system.parts reports a relative path".to_string()));
+        }
+        if dir.file_name().and_then(|n| n.to_str()) != Some(name.as_str()) {
+            return Err(fail("the directory is not named like the part".to_string()));
+        }
+        match fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err(fail("the part path is not a directory".to_string())),
+            Err(e) => return Err(fail(format!("the part directory is missing: {e}"))),
+        }
+        for file in REQUIRED_FILES {
+            if !dir.join(file).is_file() {
+                return Err(fail(format!("{file} is missing")));
+            }
+        }
+        let count_txt = fs::read_to_string(dir.join("count.txt"))
+            .map_err(|e| fail(format!("cannot read count.txt: {e}")))?;
+        match count_txt.trim().parse::<u64>() {
+            Ok(count) if count == rows => {}
+            Ok(count) => {
+                return Err(fail(format!(
+                    "count.txt says {count} rows, system.parts says {rows}"
+                )))
+            }
+            Err(_) => {
+                return Err(fail(format!(
+                    "count.txt holds {:?}, not a row count",
+                    count_txt.chars().take(40).collect::<String>()
+                )))
+            }
+        }
+
+        let parent = dir.parent().map(Path::to_path_buf).unwrap_or_default();
+        match &table_dir {
+            None => table_dir = Some((name.clone(), parent)),
+            Some((first, first_dir)) if *first_dir != parent => {
+                return Err(PartCheckError::MixedTableDirs {
+                    first: first.clone(),
+                    first_dir: first_dir.clone(),
+                    other: name.clone(),
+                    other_dir: parent,
+                })
+            }
+            Some(_) => {}
+        }
+        parts.push(BuiltPart {
+            partition_id: local_name.partition_id().clone(),
+            local_name,
+            rows,
+            hash_of_all_files: hash.to_ascii_lowercase(),
+            dir,
+            level: level as u32,
+        });
+    }
+    if let Some((_, table_dir)) = table_dir {
+        let entries = fs::read_dir(&table_dir).map_err(|source| PartCheckError::ListTableDir {
+            table_dir: table_dir.clone(),
+            source,
+        })?;
+        for entry in entries {
+            let entry = entry.map_err(|source| PartCheckError::ListTableDir {
+                table_dir: table_dir.clone(),
+                source,
+            })?;
+            let entry = entry.file_name().to_string_lossy().into_owned();
+            if TMP_PREFIXES.iter().any(|p| entry.starts_with(p)) {
+                return Err(PartCheckError::TmpLeftover { table_dir, entry });
+            }
+        }
+    }
+    Ok(parts)
+}
+
+/// A TabSeparated field's value: ClickHouse escapes `\`, tab, newline and a few control
+/// characters with a backslash. Unknown escapes keep the escaped character.
+fn unescape_tsv(field: &str) -> String {
+    if !field.contains('\\') {
+        return field.to_string();
+    }
+    let mut out = String::with_capacity(field.len());
+    let mut chars = field.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('b') => out.push('\x08'),
+            Some('f') => out.push('\x0c'),
+            Some('0') => out.push('\0'),
+            Some('a') => out.push('\x07'),
+            Some('v') => out.push('\x0b'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// Why a part directory cannot be digested.
+#[derive(Debug, thiserror::Error)]
+pub enum DigestError {
+    /// The part contains a symlink (or another non-regular entry); chpart copies files and
+    /// directories only, and a link could point outside the part.
+    #[error("part directory {} contains {kind} {path:?}; only regular files and directories are allowed", dir.display())]
+    NotRegular {
+        /// The part directory.
+        dir: PathBuf,
+        /// The entry, relative to it.
+        path: String,
+        /// "a symlink" or "a special file".
+        kind: &'static str,
+    },
+    /// A file name is not UTF-8 (manifests record paths as strings; ClickHouse never makes such
+    /// names).
+    #[error("part directory {} contains a path that is not UTF-8: {path:?}", dir.display())]
+    NonUtf8 {
+        /// The part directory.
+        dir: PathBuf,
+        /// The path, lossily decoded.
+        path: String,
+    },
+    /// Walking the directory or reading a file failed.
+    #[error("cannot digest {}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// Every file of the part directory `dir`: path relative to `dir` with `/` separators, size
+/// and SHA-256, sorted by path. Files are read in 1 MiB chunks. Symlinks and special files are
+/// refused, including `dir` itself being a symlink.
+pub fn digest_part(dir: &Path) -> Result<Vec<FileEntry>, DigestError> {
+    let meta = fs::symlink_metadata(dir).map_err(|source| DigestError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    if !meta.is_dir() {
+        let kind = if meta.file_type().is_symlink() {
+            "a symlink"
+        } else {
+            "a special file"
+        };
+        return Err(DigestError::NotRegular {
+            dir: dir.to_path_buf(),
+            path: ".".to_string(),
+            kind,
+        });
+    }
+    let mut entries = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for entry in walkdir::WalkDir::new(dir).follow_links(false).min_depth(1) {
+        let entry = entry.map_err(|e| {
+            let path = e.path().unwrap_or(dir).to_path_buf();
+            DigestError::Io {
+                path,
+                source: e.into(),
+            }
+        })?;
+        let relative = entry
+            .path()
+            .strip_prefix(dir)
+            .expect("walkdir yields paths under its root");
+        let Some(relative) = relative.to_str() else {
+            return Err(DigestError::NonUtf8 {
+                dir: dir.to_path_buf(),
+                path: relative.to_string_lossy().into_owned(),
+            });
+        };
+        let file_type = entry.file_type();
+        if file_type.is_dir() {
+            continue;
+        }
+        if !file_type.is_file() {
+            let kind = if file_type.is_symlink() {
+                "a symlink"
+            } else {
+                "a special file"
+            };
+            return Err(DigestError::NotRegular {
+                dir: dir.to_path_buf(),
+                path: relative.to_string(),
+                kind,
+            });
+        }
+        let io_err = |source| DigestError::Io {
+            path: entry.path().to_path_buf(),
+            source,
+        };
+        let mut file = File::open(entry.path()).map_err(io_err)?;
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        loop {
+            let n = match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_err(e)),
+            };
+            hasher.update(&buf[..n]);
+            size += n as u64;
+        }
+        let path = relative
+            .split(std::path::MAIN_SEPARATOR)
+            .collect::<Vec<_>>()
+            .join("/");
+        entries.push(FileEntry {
+            path,
+            size,
+            sha256: hex::encode(hasher.finalize()),
+        });
+    }
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,532 @@
+use std::time::Duration;
+
+use super::*;
+use crate::ddl::local_table_ddl;
+use crate::runner::{LocalCommand, Stdin};
+use crate::workdir::WorkDir;
+
+fn command() -> LocalCommand {
+    LocalCommand::new(chpart_testenv::clickhouse_local(), Duration::from_secs(120))
+}
+
+/// The target table as a server would print it: tiered storage, a move TTL, a projection (so
+/// parts have a subdirectory) and a MATERIALIZED column the input does not provide.
+const TARGET: &str = "CREATE TABLE prod.events (`ts` DateTime64(3, 'UTC') CODEC(Delta(8), ZSTD(1)), `id` UInt64, `name` String, `day` Date MATERIALIZED toDate(ts), PROJECTION by_name (SELECT id, name ORDER BY name)) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/prod/events', '{replica}') PARTITION BY toYYYYMM(ts) ORDER BY id TTL toDateTime(ts) + toIntervalDay(30) TO VOLUME 'cold' SETTINGS index_granularity = 8192, storage_policy = 'tiered'";
+const STRUCTURE: &str = "ts DateTime64(3, 'UTC'), id UInt64, name String";
+
+fn insert_columns() -> Vec<String> {
+    ["ts", "id", "name"].map(String::from).to_vec()
+}
+
+/// TSV rows: `n` rows spread over January to March 2026 (ids 0..n).
+fn tsv(n: u64) -> String {
+    let months = ["2026-01-10", "2026-02-10", "2026-03-10"];
+    (0..n)
+        .map(|i| {
+            format!(
+                "{} 12:00:00.000\t{i}\tname-{}\n",
+                months[(i % 3) as usize],
+                i % 7
+            )
+        })
+        .collect()
+}
+
+/// Runs a build of `source` in `work`, returning the system.parts output.
+fn build(work: &WorkDir, source: Source, stdin: Option<String>, merge: bool) -> String {
+    let ddl = local_table_ddl(TARGET, "chpart", "events").unwrap();
+    let query = build_query(&ddl, "chpart", "events", &insert_columns(), source, merge).unwrap();
+    let data = work.path().join("ch");
+    let (input, stdin) = match stdin {
+        Some(text) => (
+            Some(StdinInput {
+                table: "input".into(),
+                format: "TabSeparated".into(),
+                structure: STRUCTURE.into(),
+            }),
+            Stdin::writer(move |out| out.write_all(text.as_bytes()).map(|()| text.len() as u64)),
+        ),
+        None => (None, Stdin::Null),
+    };
+    let out = command()
+        .run(&local_args(&data, input.as_ref(), &query), stdin)
+        .unwrap_or_else(|e| panic!("{e}\n{query}"));
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn builds_from_stdin_checks_and_digests() {
+    // A parent whose name needs escaping in TabSeparated output.
+    let parent = tempfile::tempdir().unwrap();
+    let odd_parent = parent.path().join("we ird\tdir\\x");
+    std::fs::create_dir(&odd_parent).unwrap();
+    let work = WorkDir::create(&odd_parent, "load-1", "attempt-1").unwrap();
+    let out = build(
+        &work,
+        Source::StdinTable("input".into()),
+        Some(tsv(30_000)),
+        false,
+    );
+    let parts = inspect_parts(&out, false).unwrap_or_else(|e| panic!("{e}\n{out}"));
+
+    // One part per partition: 30k rows are one insert block.
+    let summary: Vec<(String, String, u64, u32)> = parts
+        .iter()
+        .map(|p| {
+            (
+                p.local_name.to_string(),
+                p.partition_id.to_string(),
+                p.rows,
+                p.level,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("202601_1_1_0".to_string(), "202601".to_string(), 10_000, 0),
+            ("202602_2_2_0".to_string(), "202602".to_string(), 10_000, 0),
+            ("202603_3_3_0".to_string(), "202603".to_string(), 10_000, 0),
+        ]
+    );
+    for part in &parts {
+        assert!(part.dir.starts_with(work.path()), "{}", part.dir.display());
+        assert!(part.dir.ends_with(part.local_name.to_string()));
+        assert_eq!(part.hash_of_all_files.len(), 32);
+
+        let files = digest_part(&part.dir).unwrap();
+        let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        let mut sorted = paths.clone();
+        sorted.sort();
+        assert_eq!(paths, sorted, "digest is sorted by path");
+        for required in [
+            "checksums.txt",
+            "count.txt",
+            "metadata_version.txt",
+            "columns.txt",
+            "by_name.proj/checksums.txt",
+        ] {
+            assert!(
+                paths.contains(&required),
+                "{required} missing from {paths:?}"
+            );
+        }
+        // Every file on disk is listed once, with its size and content hash.
+        let on_disk = walkdir::WalkDir::new(&part.dir)
+            .into_iter()
+            .filter(|e| e.as_ref().unwrap().file_type().is_file())
+            .count();
+        assert_eq!(files.len(), on_disk);
+        for file in &files {
+            let content = std::fs::read(part.dir.join(&file.path)).unwrap();
+            assert_eq!(file.size, content.len() as u64, "{}", file.path);
+            assert_eq!(
+                file.sha256,
+                hex::encode(Sha256::digest(&content)),
+                "{}",
+                file.path
+            );
+        }
+        let count = files.iter().find(|f| f.path == "count.txt").unwrap();
+        assert_eq!(count.sha256, hex::encode(Sha256::digest(b"10000")));
+    }
+}
+
+#[test]
+fn builds_from_parquet_files_with_absolute_paths() {
+    let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-pq").unwrap();
+    // Two Parquet files written by clickhouse-local itself; the first spans January and
+    // February, the second February and March. The quote in the name exercises quoting.
+    let files: Vec<PathBuf> = ["in'put 1.parquet", "input-2.parquet"]
+        .iter()
+        .map(|n| work.path().join(n))
+        .collect();
+    for (file, (first, days)) in files.iter().zip([("2026-01-20", 20), ("2026-02-25", 20)]) {
+        let query = format!(
+            "SELECT toDateTime64('{first} 00:00:00', 3, 'UTC') + toIntervalDay(number) AS ts, number AS id, concat('n', toString(number)) AS name \
+             FROM numbers({days}) INTO OUTFILE {} FORMAT Parquet",
+            crate::sql::quote_os(file.as_os_str())
+        );
+        command()
+            .run(&["--query".into(), query.into()], Stdin::Null)
+            .unwrap();
+        assert!(file.metadata().unwrap().len() > 0);
+    }
+    let source = Source::Files(
+        files
+            .iter()
+            .map(|f| (f.clone(), "Parquet".to_string(), STRUCTURE.to_string()))
+            .collect(),
+    );
+    let out = build(&work, source, None, false);
+    let parts = inspect_parts(&out, false).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    // Each INSERT makes its own parts: file 1 gives Jan (12 days) + Feb (8), file 2 Feb (4) + Mar (16).
+    let summary: Vec<(String, u64)> = parts
+        .iter()
+        .map(|p| (p.local_name.to_string(), p.rows))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("202601_1_1_0".to_string(), 12),
+            ("202602_2_2_0".to_string(), 8),
+            ("202602_3_3_0".to_string(), 4),
+            ("202603_4_4_0".to_string(), 16)
+        ]
+    );
+}
+
+#[test]
+fn merged_builds_need_allow_merged() {
+    let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-merge").unwrap();
+    let ddl = local_table_ddl(TARGET, "chpart", "events").unwrap();
+    // Two inserts into the same partitions, then OPTIMIZE FINAL: one part per partition.
+    let rows = |from: u64| {
+        format!("SELECT toDateTime64('2026-01-01 00:00:00', 3, 'UTC') + toIntervalDay(number * 20) AS ts, number + {from} AS id, 'x' AS name FROM numbers(5)")
+    };
+    let files: Vec<PathBuf> = (0..2)
+        .map(|i| work.path().join(format!("{i}.tsv")))
+        .collect();
+    for (i, file) in files.iter().enumerate() {
+        let query = format!(
+            "{} INTO OUTFILE {} FORMAT TabSeparated",
+            rows(i as u64 * 100),
+            crate::sql::quote_os(file.as_os_str())
+        );
+        command()
+            .run(&["--query".into(), query.into()], Stdin::Null)
+            .unwrap();
+    }
+    let source = Source::Files(
+        files
+            .iter()
+            .map(|f| (f.clone(), "TabSeparated".to_string(), STRUCTURE.to_string()))
+            .collect(),
+    );
+    let query = build_query(&ddl, "chpart", "events", &insert_columns(), source, true).unwrap();
+    let out = command()
+        .run(
+            &local_args(&work.path().join("ch"), None, &query),
+            Stdin::Null,
+        )
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+
+    let err = inspect_parts(&out, false).unwrap_err().to_string();
+    assert!(err.contains("is a merged part (level 1)"), "{err}");
+    let parts = inspect_parts(&out, true).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    let summary: Vec<(String, u64)> = parts
+        .iter()
+        .map(|p| (p.local_name.to_string(), p.rows))
+        .collect();
+    // Days 0, 20, 40, 60, 80 from Jan 1: Jan (0, 20), Feb (40), Mar (60, 80), twice each; the
+    // first insert takes blocks 1-3, the second 4-6.
+    assert_eq!(
+        summary,
+        [
+            ("202601_1_4_1".to_string(), 4),
+            ("202602_2_5_1".to_string(), 2),
+            ("202603_3_6_1".to_string(), 4)
+        ]
+    );
+    assert!(parts.iter().all(|p| p.level == 1));
+}
+
+/// Copies directory trees (no symlinks in parts).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn tampered_parts_fail_with_the_part_and_the_problem() {
+    let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-tamper").unwrap();
+    let pristine_out = build(
+        &work,
+        Source::StdinTable("input".into()),
+        Some(tsv(300)),
+        false,
+    );
+    let pristine = inspect_parts(&pristine_out, false).unwrap();
+    let table_dir = pristine[0].dir.parent().unwrap().to_path_buf();
+    let part = "202602_2_2_0";
+
+    type Tamper = fn(&Path, &str) -> String;
+    // (what, tamper the copied table dir and/or rewrite the TSV, expected message parts)
+    let cases: &[(&str, Tamper, &[&str])] = &[
+        (
+            "count.txt removed",
+            |dir, tsv| {
+                std::fs::remove_file(dir.join("202602_2_2_0/count.txt")).unwrap();
+                tsv.to_string()
+            },
+            &["part 202602_2_2_0", "count.txt is missing"],
+        ),
+        (
+            "count.txt changed",
+            |dir, tsv| {
+                std::fs::write(dir.join("202602_2_2_0/count.txt"), "99").unwrap();
+                tsv.to_string()
+            },
+            &[
+                "part 202602_2_2_0",
+                "count.txt says 99 rows, system.parts says 100",
+            ],
+        ),
+        (
+            "count.txt garbage",
+            |dir, tsv| {
+                std::fs::write(dir.join("202602_2_2_0/count.txt"), "lots").unwrap();
+                tsv.to_string()
+            },
+            &["part 202602_2_2_0", "count.txt holds \"lots\""],
+        ),
+        (
+            "metadata_version.txt removed",
+            |dir, tsv| {
+                std::fs::remove_file(dir.join("202602_2_2_0/metadata_version.txt")).unwrap();
+                tsv.to_string()
+            },
+            &["part 202602_2_2_0", "metadata_version.txt is missing"],
+        ),
+        (
+            "checksums.txt removed",
+            |dir, tsv| {
+                std::fs::remove_file(dir.join("202602_2_2_0/checksums.txt")).unwrap();
+                tsv.to_string()
+            },
+            &["part 202602_2_2_0", "checksums.txt is missing"],
+        ),
+        (
+            "part directory missing",
+            |dir, tsv| {
+                std::fs::remove_dir_all(dir.join("202602_2_2_0")).unwrap();
+                tsv.to_string()
+            },
+            &["part 202602_2_2_0", "the part directory is missing"],
+        ),
+        (
+            "tmp_ leftover",
+            |dir, tsv| {
+                std::fs::create_dir(dir.join("tmp_insert_202601_9_9_0")).unwrap();
+                tsv.to_string()
+            },
+            &["holds unfinished part directory \"tmp_insert_202601_9_9_0\""],
+        ),
+        (
+            "tmp_merge leftover",
+            |dir, tsv| {
+                std::fs::create_dir(dir.join("tmp_merge_202601_1_3_1")).unwrap();
+                tsv.to_string()
+            },
+            &["\"tmp_merge_202601_1_3_1\""],
+        ),
+        (
+            "reported partition differs from the name",
+            |_, tsv| tsv.replace("202602_2_2_0\t202602\t", "202602_2_2_0\t202603\t"),
+            &[
+                "part 202602_2_2_0",
+                "reports partition \"202603\", the name says \"202602\"",
+            ],
+        ),
+        (
+            "mutated part",
+            |dir, tsv| {
+                std::fs::rename(dir.join("202602_2_2_0"), dir.join("202602_2_2_0_7")).unwrap();
+                tsv.replace("202602_2_2_0", "202602_2_2_0_7")
+            },
+            &["part 202602_2_2_0_7", "mutated (mutation version 7)"],
+        ),
+        (
+            "name not a part name",
+            |_, tsv| tsv.replace("202602_2_2_0\t", "202602_2_2\t"),
+            &["\"202602_2_2\"", "3 '_'-separated fields"],
+        ),
+        (
+            "rows differ from count.txt",
+            |_, tsv| tsv.replace("\t202602\t100\t", "\t202602\t101\t"),
+            &[
+                "part 202602_2_2_0",
+                "count.txt says 100 rows, system.parts says 101",
+            ],
+        ),
+        (
+            "truncated output line",
+            |_, tsv| tsv.replacen('\t', " ", 1),
+            &["line 1", "6 fields instead of 7"],
+        ),
+    ];
+    for (index, (what, tamper, needles)) in cases.iter().enumerate() {
+        let copy = work.path().join(format!("case-{index}"));
+        copy_dir(&table_dir, &copy);
+        let tsv = pristine_out.replace(
+            &table_dir.display().to_string(),
+            &copy.display().to_string(),
+        );
+        assert!(
+            tsv.contains(&copy.display().to_string()),
+            "{what}: paths not rewritten"
+        );
+        // The untouched copy passes, so any failure below is the tamper's doing.
+        inspect_parts(&tsv, false).unwrap_or_else(|e| panic!("{what}: untouched copy fails: {e}"));
+        let tsv = tamper(&copy, &tsv);
+        let err = inspect_parts(&tsv, false).expect_err(what).to_string();
+        for needle in *needles {
+            assert!(err.contains(needle), "{what}: {needle:?} not in {err}");
+        }
+    }
+
+    // Digest refuses symlinks, wherever they are, and a part path that is one.
+    let copy = work.path().join("case-symlink");
+    copy_dir(&table_dir, &copy);
+    let dir = copy.join(part);
+    assert!(digest_part(&dir).is_ok());
+    std::os::unix::fs::symlink("/etc/passwd", dir.join("by_name.proj/extra.bin")).unwrap();
+    let err = digest_part(&dir).unwrap_err().to_string();
+    assert!(
+        err.contains("contains a symlink \"by_name.proj/extra.bin\""),
+        "{err}"
+    );
+    std::fs::remove_file(dir.join("by_name.proj/extra.bin")).unwrap();
+    std::os::unix::fs::symlink(&dir, copy.join("link_0_0_0")).unwrap();
+    let err = digest_part(&copy.join("link_0_0_0"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("contains a symlink \".\""), "{err}");
+    let err = digest_part(&copy.join("nothing_1_1_0"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot digest") && err.contains("nothing_1_1_0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn build_query_statements() {
+    let files = Source::Files(vec![
+        (
+            PathBuf::from("/data/a b.parquet"),
+            "Parquet".into(),
+            "id UInt64, `we ird` String".into(),
+        ),
+        (
+            PathBuf::from("/data/it's.arrow"),
+            "Arrow".into(),
+            "id UInt64, `we ird` String".into(),
+        ),
+    ]);
+    let columns = vec!["id".to_string(), "we ird".to_string()];
+    let cases: Vec<(&str, Source, &[String], bool, String)> = vec![
+        (
+            "stdin table",
+            Source::StdinTable("input".into()),
+            &columns,
+            false,
+            "CREATE DATABASE `chpart`;\nDDL;\nSYSTEM STOP MERGES `chpart`.`t`;\n\
+             INSERT INTO `chpart`.`t` (`id`, `we ird`) SELECT `id`, `we ird` FROM `input`;\n\
+             SELECT name, partition_id, rows, hash_of_all_files, path, level, data_version FROM system.parts WHERE database = 'chpart' AND table = 't' AND active ORDER BY name FORMAT TabSeparated"
+                .to_string(),
+        ),
+        (
+            "files, merged",
+            files,
+            &columns,
+            true,
+            "CREATE DATABASE `chpart`;\nDDL;\nSYSTEM STOP MERGES `chpart`.`t`;\n\
+             INSERT INTO `chpart`.`t` (`id`, `we ird`) SELECT `id`, `we ird` FROM file('/data/a b.parquet', 'Parquet', 'id UInt64, `we ird` String');\n\
+             INSERT INTO `chpart`.`t` (`id`, `we ird`) SELECT `id`, `we ird` FROM file('/data/it\\'s.arrow', 'Arrow', 'id UInt64, `we ird` String');\n\
+             SYSTEM START MERGES `chpart`.`t`;\nOPTIMIZE TABLE `chpart`.`t` FINAL;\n\
+             SELECT name, partition_id, rows, hash_of_all_files, path, level, data_version FROM system.parts WHERE database = 'chpart' AND table = 't' AND active ORDER BY name FORMAT TabSeparated"
+                .to_string(),
+        ),
+        (
+            "all columns",
+            Source::StdinTable("in".into()),
+            &[],
+            false,
+            "CREATE DATABASE `chpart`;\nDDL;\nSYSTEM STOP MERGES `chpart`.`t`;\nINSERT INTO `chpart`.`t` SELECT * FROM `in`;\n\
+             SELECT name, partition_id, rows, hash_of_all_files, path, level, data_version FROM system.parts WHERE database = 'chpart' AND table = 't' AND active ORDER BY name FORMAT TabSeparated"
+                .to_string(),
+        ),
+    ];
+    for (what, source, columns, merge, want) in cases {
+        assert_eq!(
+            build_query(" DDL ; ", "chpart", "t", columns, source, merge).unwrap(),
+            want,
+            "{what}"
+        );
+    }
+    let relative = Source::Files(vec![(
+        PathBuf::from("data/x.parquet"),
+        "Parquet".into(),
+        "id UInt64".into(),
+    )]);
+    let err = build_query("DDL", "chpart", "t", &columns, relative, false).unwrap_err();
+    assert_eq!(
+        err,
+        QueryError::RelativePath {
+            path: PathBuf::from("data/x.parquet")
+        }
+    );
+    assert_eq!(
+        build_query("DDL", "chpart", "t", &columns, Source::Files(vec![]), false).unwrap_err(),
+        QueryError::NoFiles
+    );
+}
+
+#[test]
+fn local_args_with_and_without_input() {
+    let input = StdinInput {
+        table: "input".into(),
+        format: "ArrowStream".into(),
+        structure: "a UInt64".into(),
+    };
+    let with: Vec<OsString> = local_args(Path::new("/w/ch"), Some(&input), "Q");
+    let want: Vec<OsString> = [
+        "--path",
+        "/w/ch",
+        "--table",
+        "input",
+        "--input-format",
+        "ArrowStream",
+        "--structure",
+        "a UInt64",
+        "--file",
+        "-",
+        "--query",
+        "Q",
+    ]
+    .map(OsString::from)
+    .to_vec();
+    assert_eq!(with, want);
+    assert_eq!(
+        local_args(Path::new("/w/ch"), None, "Q"),
+        ["--path", "/w/ch", "--query", "Q"]
+            .map(OsString::from)
+            .to_vec()
+    );
+}
+
+#[test]
+fn tsv_unescaping() {
+    let cases = [
+        ("plain", "plain"),
+        ("a\\tb", "a\tb"),
+        ("a\\\\tb", "a\\tb"),
+        ("x\\ny\\'z", "x\ny'z"),
+        ("end\\", "end\\"),
+    ];
+    for (field, want) in cases {
+        assert_eq!(unescape_tsv(field), want, "{field}");
+    }
+    assert_eq!(inspect_parts("", false).unwrap(), vec![]);
+}

@@ -1,0 +1,602 @@
+//! Running `clickhouse-local` as a child process, the way ripgrep runs external programs.
+//!
+//! Every part chpart builds comes out of one `clickhouse-local` run, so this module is where a
+//! build can hang, deadlock or leak a process. The rules it follows:
+//!
+//! - stdout and stderr are drained on their own threads while the child runs, so a child that
+//!   writes more than a pipe buffer (64 KiB on Linux) to either never blocks on us;
+//! - only the last [`STDERR_TAIL_BYTES`] of stderr are kept: enough for ClickHouse's
+//!   `Code: N. DB::Exception: ...` message and its context, bounded however chatty the child is;
+//! - input is produced by a caller-supplied [`Stdin::Writer`] on a third thread (e.g. a pump
+//!   turning Arrow batches into a stream), so producing and consuming overlap;
+//! - the child is killed and reaped on *every* path out of [`LocalCommand::run`] other than its
+//!   own exit: the timeout, a failing producer, an I/O error, a panic unwinding through `run`
+//!   (a drop guard owns the child). On Linux the child also gets `PR_SET_PDEATHSIG(SIGKILL)`,
+//!   so even a builder killed with SIGKILL does not leave clickhouse-local running;
+//! - errors say which program failed and how: exit status and the tail of its stderr, or that
+//!   the program does not exist and which config key names it.
+//!
+//! Contract for producers: the pipe they write to is closed by the child when it exits, so
+//! writes then fail with `BrokenPipe` (Rust programs ignore SIGPIPE by default; a host process
+//! that restores SIGPIPE's default action would be killed instead). A producer blocked reading
+//! its own source cannot be interrupted: when the child is killed, `run` returns without
+//! waiting for it and the thread ends whenever its source does.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::panic::{self, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How much of the end of stderr is kept for error messages.
+pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
+
+/// How many lines of the stderr tail an error's `Display` shows.
+pub const STDERR_TAIL_LINES: usize = 20;
+
+/// After the child was killed, how long to wait for its stderr reader to see EOF so the error
+/// can include what the child said last.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// Longest sleep between two checks of the child's state. Polling (instead of a blocking
+/// `wait` on another thread) keeps the `Child` owned by this thread, so killing it can never
+/// hit a recycled pid; 20 ms is nothing next to clickhouse-local's ~0.5 s start-up.
+const MAX_POLL: Duration = Duration::from_millis(20);
+
+/// Writes the child's input into its stdin; returns how many bytes it wrote.
+pub type Producer = Box<dyn FnOnce(&mut dyn Write) -> io::Result<u64> + Send>;
+
+/// What the child reads on stdin.
+pub enum Stdin {
+    /// `/dev/null`: the child reads nothing.
+    Null,
+    /// A producer that streams the input into the child's stdin on its own thread. The pipe is
+    /// closed when it returns, which is how the child sees the end of its input. An error it
+    /// returns (other than the `BrokenPipe` a dying child causes) kills the child and fails
+    /// the run with [`RunError::Producer`], even if the child would have exited successfully on
+    /// the truncated input.
+    Writer(Producer),
+}
+
+impl Stdin {
+    /// Wraps a closure as [`Stdin::Writer`].
+    pub fn writer(
+        produce: impl FnOnce(&mut dyn Write) -> io::Result<u64> + Send + 'static,
+    ) -> Stdin {
+        Stdin::Writer(Box::new(produce))
+    }
+}
+
+impl fmt::Debug for Stdin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stdin::Null => f.write_str("Stdin::Null"),
+            Stdin::Writer(_) => f.write_str("Stdin::Writer(..)"),
+        }
+    }
+}
+
+/// Why a run of the program did not produce its output.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The program does not exist (spawn failed with `ENOENT`).
+    #[error(
+        "{} was not found (nor, if it is a script, its interpreter): install clickhouse-local, or set `clickhouse_local.command` in the config to the path of a clickhouse-local binary",
+        program.display()
+    )]
+    NotFound {
+        /// The program as configured.
+        program: PathBuf,
+    },
+    /// The program exists but could not be started (e.g. not executable).
+    #[error("cannot start {}: {source}", program.display())]
+    Spawn {
+        /// The program as configured.
+        program: PathBuf,
+        /// The error from spawning it.
+        source: io::Error,
+    },
+    /// The program exited unsuccessfully (non-zero status or killed by a signal).
+    #[error("{} failed with {status}{}", program.display(), StderrTail(stderr_tail))]
+    Failed {
+        /// The program as configured.
+        program: PathBuf,
+        /// How it exited.
+        status: ExitStatus,
+        /// The last [`STDERR_TAIL_BYTES`] of its stderr (lossy UTF-8).
+        stderr_tail: String,
+    },
+    /// The program did not finish (or did not close its output) within the timeout; it was
+    /// killed.
+    #[error("{} did not finish within {timeout:?} and was killed{}", program.display(), StderrTail(stderr_tail))]
+    TimedOut {
+        /// The program as configured.
+        program: PathBuf,
+        /// The timeout that passed.
+        timeout: Duration,
+        /// The last [`STDERR_TAIL_BYTES`] of its stderr so far (lossy UTF-8).
+        stderr_tail: String,
+    },
+    /// The producer feeding the program's stdin failed (or panicked); the program was killed
+    /// so that it could not finish on truncated input.
+    #[error("the input streamed into {} failed: {source}; {} was killed{}", program.display(), program.display(), StderrTail(stderr_tail))]
+    Producer {
+        /// The program as configured.
+        program: PathBuf,
+        /// The producer's error.
+        source: io::Error,
+        /// The last [`STDERR_TAIL_BYTES`] of the program's stderr (lossy UTF-8).
+        stderr_tail: String,
+    },
+    /// The program exited successfully without reading all of its input (the producer's
+    /// writes failed with `BrokenPipe`): its result cannot cover the input, so it is refused.
+    #[error("{} exited successfully before reading all of its input (writing to its stdin failed: {source}){}", program.display(), StderrTail(stderr_tail))]
+    InputNotRead {
+        /// The program as configured.
+        program: PathBuf,
+        /// The producer's `BrokenPipe` error.
+        source: io::Error,
+        /// The last [`STDERR_TAIL_BYTES`] of the program's stderr (lossy UTF-8).
+        stderr_tail: String,
+    },
+    /// An I/O error while supervising the program (checking or killing it, reading its stdout,
+    /// starting a thread).
+    #[error("{} while running {}: {source}", what, program.display())]
+    Io {
+        /// The program as configured.
+        program: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+    /// `SELECT version()` printed something that is not a version.
+    #[error("{} printed {output:?} for `SELECT version()`, not a version", program.display())]
+    BadVersion {
+        /// The program as configured.
+        program: PathBuf,
+        /// What it printed (lossy UTF-8, trimmed).
+        output: String,
+    },
+}
+
+/// Formats a stderr tail as its last [`STDERR_TAIL_LINES`] lines, indented, after a colon.
+struct StderrTail<'a>(&'a str);
+
+impl fmt::Display for StderrTail<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.0.trim_end();
+        if text.is_empty() {
+            return f.write_str(" (nothing on stderr)");
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        let shown = &lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..];
+        if shown.len() < lines.len() {
+            write!(f, "; last {} lines of stderr:", shown.len())?;
+        } else {
+            f.write_str("; stderr:")?;
+        }
+        for line in shown {
+            write!(f, "\n  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A clickhouse-local command: the program and how long one run may take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalCommand {
+    /// The program, a path or a name looked up in `PATH` (`clickhouse_local.command`).
+    pub program: PathBuf,
+    /// The longest one run may take, from spawn until its output is collected.
+    pub timeout: Duration,
+}
+
+impl LocalCommand {
+    /// A command running `program` with `timeout` per run.
+    pub fn new(program: impl Into<PathBuf>, timeout: Duration) -> LocalCommand {
+        LocalCommand {
+            program: program.into(),
+            timeout,
+        }
+    }
+
+    /// Runs the program with `args`, feeding it `stdin`, and returns its stdout if it exits
+    /// successfully. See the module docs for the guarantees about the child process.
+    pub fn run(&self, args: &[OsString], stdin: Stdin) -> Result<Vec<u8>, RunError> {
+        let deadline = Instant::now() + self.timeout;
+        let program = &self.program;
+        let io_err = |what| {
+            move |source| RunError::Io {
+                program: program.clone(),
+                what,
+                source,
+            }
+        };
+
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command.stdin(match stdin {
+            Stdin::Null => Stdio::null(),
+            Stdin::Writer(_) => Stdio::piped(),
+        });
+        set_parent_death_signal(&mut command);
+        let child = command.spawn().map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound => RunError::NotFound {
+                program: program.clone(),
+            },
+            _ => RunError::Spawn {
+                program: program.clone(),
+                source,
+            },
+        })?;
+        // From here on the guard kills and reaps the child on every early return and on unwind.
+        let mut guard = ChildGuard(child);
+        let child_stdout = guard.0.stdout.take().expect("stdout is piped");
+        let child_stderr = guard.0.stderr.take().expect("stderr is piped");
+
+        let stderr = Arc::new(Mutex::new(Tail::default()));
+        let stderr_done = spawn_stderr_reader(child_stderr, Arc::clone(&stderr))
+            .map_err(io_err("starting the stderr reader"))?;
+        let stdout_done =
+            spawn_stdout_reader(child_stdout).map_err(io_err("starting the stdout reader"))?;
+        let mut producer = match stdin {
+            Stdin::Null => None,
+            Stdin::Writer(produce) => {
+                let pipe = guard.0.stdin.take().expect("stdin is piped");
+                Some(spawn_producer(pipe, produce).map_err(io_err("starting the input producer"))?)
+            }
+        };
+        let tail =
+            |stderr: &Arc<Mutex<Tail>>| stderr.lock().unwrap_or_else(|e| e.into_inner()).text();
+
+        // Phase 1: until the child exits. A failing producer ends the run at once (and kills
+        // the child: it must not finish on truncated input); its BrokenPipe only means the
+        // child stopped reading, and the child's own exit tells why.
+        let mut producer_result: Option<io::Result<()>> = None;
+        let mut poll = Duration::from_millis(1);
+        let status = loop {
+            if producer_result.is_none() {
+                if let Some(rx) = &producer {
+                    match rx.try_recv() {
+                        Ok(result) => producer_result = Some(result),
+                        Err(TryRecvError::Disconnected) => {
+                            producer_result = Some(Err(io::Error::other(
+                                "the input producer thread ended without a result",
+                            )))
+                        }
+                        Err(TryRecvError::Empty) => {}
+                    }
+                }
+                if let Some(Err(e)) = &producer_result {
+                    if !is_broken_pipe(e) {
+                        let source = take_err(&mut producer_result);
+                        guard.kill_and_reap();
+                        wait_for(&stderr_done, Instant::now() + KILL_GRACE);
+                        return Err(RunError::Producer {
+                            program: program.clone(),
+                            source,
+                            stderr_tail: tail(&stderr),
+                        });
+                    }
+                }
+            }
+            if let Some(status) = guard
+                .0
+                .try_wait()
+                .map_err(io_err("checking on the child"))?
+            {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                return Err(self.timed_out(&mut guard, &stderr_done, &stderr));
+            }
+            thread::sleep(poll.min(deadline.saturating_duration_since(Instant::now())));
+            poll = (poll * 2).min(MAX_POLL);
+        };
+
+        // Phase 2: the child has exited and is reaped. Its pipes close with it unless a process
+        // it started still holds them; the deadline bounds that wait too.
+        let stderr_complete = wait_for(&stderr_done, deadline);
+        if producer_result.is_none() {
+            if let Some(rx) = producer.take() {
+                // The producer has either finished (its result is queued before it closes the
+                // pipe, so an exit caused by EOF always finds it here) or is still running
+                // while the child has exited without waiting for EOF.
+                producer_result = Some(match rx.try_recv() {
+                    Ok(result) => result,
+                    Err(TryRecvError::Disconnected) => Err(io::Error::other(
+                        "the input producer thread ended without a result",
+                    )),
+                    Err(TryRecvError::Empty) => Err(io::Error::new(
+                        io::ErrorKind::BrokenPipe,
+                        "the child exited while the input producer was still running",
+                    )),
+                });
+            }
+        }
+        if let Some(Err(e)) = &producer_result {
+            if !is_broken_pipe(e) {
+                let source = take_err(&mut producer_result);
+                return Err(RunError::Producer {
+                    program: program.clone(),
+                    source,
+                    stderr_tail: tail(&stderr),
+                });
+            }
+        }
+        if !status.success() {
+            return Err(RunError::Failed {
+                program: program.clone(),
+                status,
+                stderr_tail: tail(&stderr),
+            });
+        }
+        if let Some(Err(_)) = &producer_result {
+            let source = take_err(&mut producer_result);
+            return Err(RunError::InputNotRead {
+                program: program.clone(),
+                source,
+                stderr_tail: tail(&stderr),
+            });
+        }
+        let stdout =
+            match stdout_done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(result) => result.map_err(io_err("reading stdout"))?,
+                Err(_) => return Err(self.timed_out(&mut guard, &stderr_done, &stderr)),
+            };
+        if !stderr_complete {
+            return Err(self.timed_out(&mut guard, &stderr_done, &stderr));
+        }
+        let text = tail(&stderr);
+        if !text.trim().is_empty() {
+            tracing::debug!(program = %program.display(), stderr = %text.trim_end(), "clickhouse-local succeeded with output on stderr");
+        }
+        Ok(stdout)
+    }
+
+    /// The engine version, from `SELECT version()` (e.g. `26.9.2.1`), to record in manifests.
+    pub fn version(&self) -> Result<String, RunError> {
+        let out = self.run(&["--query".into(), "SELECT version()".into()], Stdin::Null)?;
+        let output = String::from_utf8_lossy(&out).trim().to_string();
+        let looks_like_version = !output.is_empty()
+            && output.split('.').all(|field| {
+                !field.is_empty()
+                    && field
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+            && output.as_bytes()[0].is_ascii_digit();
+        if !looks_like_version {
+            return Err(RunError::BadVersion {
+                program: self.program.clone(),
+                output,
+            });
+        }
+        Ok(output)
+    }
+
+    fn timed_out(
+        &self,
+        guard: &mut ChildGuard,
+        stderr_done: &Receiver<()>,
+        stderr: &Arc<Mutex<Tail>>,
+    ) -> RunError {
+        guard.kill_and_reap();
+        wait_for(stderr_done, Instant::now() + KILL_GRACE);
+        let stderr_tail = stderr.lock().unwrap_or_else(|e| e.into_inner()).text();
+        RunError::TimedOut {
+            program: self.program.clone(),
+            timeout: self.timeout,
+            stderr_tail,
+        }
+    }
+}
+
+/// Owns the child: kills and reaps it when dropped. Killing an already reaped child is a no-op
+/// in `std` (it remembers the exit status), so this never signals a recycled pid.
+struct ChildGuard(Child);
+
+impl ChildGuard {
+    fn kill_and_reap(&mut self) {
+        if let Err(e) = self.0.kill() {
+            tracing::warn!(pid = self.0.id(), error = %e, "cannot kill clickhouse-local");
+        }
+        if let Err(e) = self.0.wait() {
+            tracing::warn!(pid = self.0.id(), error = %e, "cannot reap clickhouse-local");
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        // Already exited and reaped on the success path; then this does nothing.
+        if let Ok(None) = self.0.try_wait() {
+            self.kill_and_reap();
+        }
+    }
+}
+
+/// The last [`STDERR_TAIL_BYTES`] bytes of a stream.
+#[derive(Default)]
+struct Tail {
+    bytes: Vec<u8>,
+}
+
+impl Tail {
+    fn push(&mut self, chunk: &[u8]) {
+        self.bytes.extend_from_slice(chunk);
+        if self.bytes.len() > STDERR_TAIL_BYTES {
+            let excess = self.bytes.len() - STDERR_TAIL_BYTES;
+            self.bytes.drain(..excess);
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+/// Reads stderr into `tail` until EOF; signals on the returned channel when done.
+fn spawn_stderr_reader(
+    mut pipe: impl Read + Send + 'static,
+    tail: Arc<Mutex<Tail>>,
+) -> io::Result<Receiver<()>> {
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new()
+        .name("clickhouse-local-stderr".into())
+        .spawn(move || {
+            let mut buf = [0u8; 8192];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => tail
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        tail.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(format!("\n(reading stderr failed: {e})").as_bytes());
+                        break;
+                    }
+                }
+            }
+            let _ = tx.send(());
+        })?;
+    Ok(rx)
+}
+
+/// Reads all of stdout; sends the result on the returned channel.
+fn spawn_stdout_reader(
+    mut pipe: impl Read + Send + 'static,
+) -> io::Result<Receiver<io::Result<Vec<u8>>>> {
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new()
+        .name("clickhouse-local-stdout".into())
+        .spawn(move || {
+            let mut out = Vec::new();
+            let result = pipe.read_to_end(&mut out).map(|_| out);
+            let _ = tx.send(result);
+        })?;
+    Ok(rx)
+}
+
+/// Runs the producer on its own thread. The result is sent *before* the pipe is closed, so
+/// once the child has seen EOF the result is already waiting on the channel.
+fn spawn_producer(mut pipe: ChildStdin, produce: Producer) -> io::Result<Receiver<io::Result<()>>> {
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new()
+        .name("clickhouse-local-stdin".into())
+        .spawn(move || {
+            let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+                let written = produce(&mut pipe)?;
+                pipe.flush()?;
+                Ok(written)
+            }));
+            let result = match outcome {
+                Ok(Ok(written)) => {
+                    tracing::debug!(bytes = written, "input producer finished");
+                    Ok(())
+                }
+                Ok(Err(e)) => Err(e),
+                Err(panic) => Err(io::Error::other(format!(
+                    "the input producer panicked: {}",
+                    panic_message(&*panic)
+                ))),
+            };
+            let _ = tx.send(result);
+            drop(pipe);
+        })?;
+    Ok(rx)
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_string()
+    }
+}
+
+/// Waits until `done` signals (or its sender is gone) or `deadline` passes; true if it signalled.
+fn wait_for(done: &Receiver<()>, deadline: Instant) -> bool {
+    match done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
+        Err(RecvTimeoutError::Timeout) => false,
+    }
+}
+
+fn take_err(result: &mut Option<io::Result<()>>) -> io::Error {
+    match result.take() {
+        Some(Err(e)) => e,
+        _ => unreachable!("take_err is called only on an error"),
+    }
+}
+
+/// True if `e`, or an error it wraps, is `BrokenPipe`: producers often wrap I/O errors in their
+/// own (an Arrow writer's error, `io::Error::other(...)`), and a wrapped EPIPE still means "the
+/// child stopped reading", not "the input is broken".
+fn is_broken_pipe(e: &io::Error) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = current {
+        if let Some(io) = err.downcast_ref::<io::Error>() {
+            if io.kind() == io::ErrorKind::BrokenPipe {
+                return true;
+            }
+            // `io::Error::source` skips the wrapped error itself; look at it directly.
+            if let Some(inner) = io.get_ref() {
+                current = Some(inner);
+                continue;
+            }
+        }
+        current = err.source();
+    }
+    false
+}
+
+/// Linux: the child gets SIGKILL when the thread that spawned it dies. `run` blocks its thread
+/// until the child is reaped, so this only fires when the whole builder process dies.
+#[cfg(target_os = "linux")]
+fn set_parent_death_signal(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls
+    // (prctl, getppid) and builds errors without allocating.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl; then no signal would come.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_parent_death_signal(_command: &mut Command) {}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,241 @@
+//! Arrow IPC stream input: checked pass-through from the batch job to clickhouse-local.
+//!
+//! A task that produces rows in memory (Spark's `mapInArrow`, a pyarrow script) pipes them
+//! to chpart as an Arrow IPC stream on stdin; chpart pipes them on to clickhouse-local's stdin
+//! (`--input-format ArrowStream`). The stream can be larger than memory and can only be read
+//! once, so [`ArrowStreamPump`] checks as it goes: [`ArrowStreamPump::start`] reads the schema
+//! message and runs [`check_schema`] (so the caller gets the [`InputPlan`]'s `--structure`
+//! before starting clickhouse-local), then [`ArrowStreamPump::pump`] moves one batch at a time,
+//! running the plan's value checks on each before writing it.
+//!
+//! Exactly-once needs a *complete* stream, stricter than the IPC reader: a stream that stops
+//! without its end-of-stream marker (a producer that died between two batches looks just like
+//! a shorter valid stream) is an error, and so is data after the marker (two concatenated
+//! streams would otherwise lose the second). When pumping fails after some batches were
+//! written, the output is ended with a deliberately broken message header so that the consumer
+//! fails too rather than building parts from a prefix; the caller must still treat the pump's
+//! error as the task's failure.
+
+use std::io::{BufReader, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::{ArrowError, SchemaRef};
+
+use crate::error::InputError;
+use crate::schema::{check_schema, InputPlan, TargetColumn};
+
+/// What [`ArrowStreamPump::pump`] moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Rows in all batches.
+    pub rows: u64,
+    /// Record batches (dictionary batches not counted).
+    pub batches: u64,
+    /// Bytes of the input stream, end-of-stream marker included.
+    pub bytes: u64,
+}
+
+/// Counts bytes and notices end of input, beneath the IPC reader's buffer.
+struct Tracked<R> {
+    inner: R,
+    bytes: Arc<AtomicU64>,
+    eof: Arc<AtomicBool>,
+}
+
+impl<R: Read> Read for Tracked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.eof.store(true, Ordering::Relaxed);
+        }
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// A checked Arrow IPC stream between a producer (`R`) and a consumer given to [`pump`].
+///
+/// [`pump`]: ArrowStreamPump::pump
+pub struct ArrowStreamPump<R: Read> {
+    reader: StreamReader<BufReader<Tracked<R>>>,
+    plan: InputPlan,
+    bytes: Arc<AtomicU64>,
+    eof: Arc<AtomicBool>,
+}
+
+/// A message header announcing more metadata than will ever follow: any IPC reader fails on
+/// it ("unexpected end of stream") instead of taking what came before as the whole stream.
+const POISON: [u8; 8] = [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F];
+
+impl<R: Read> ArrowStreamPump<R> {
+    /// Reads the stream's schema message from `input` and checks it against `target`;
+    /// `source` names the input in messages (`stdin`).
+    pub fn start(
+        input: R,
+        target: &[TargetColumn],
+        source: &str,
+    ) -> Result<ArrowStreamPump<R>, InputError> {
+        let bytes = Arc::new(AtomicU64::new(0));
+        let eof = Arc::new(AtomicBool::new(false));
+        let tracked = Tracked {
+            inner: input,
+            bytes: bytes.clone(),
+            eof: eof.clone(),
+        };
+        let reader = StreamReader::try_new(BufReader::new(tracked), None).map_err(|e| {
+            let reason = if bytes.load(Ordering::Relaxed) == 0 {
+                "the input is empty (not even a schema message)".to_owned()
+            } else {
+                e.to_string()
+            };
+            InputError::BadStream {
+                input: source.to_owned(),
+                location: "the schema message".into(),
+                reason,
+            }
+        })?;
+        let plan = check_schema(&reader.schema(), target, source)?;
+        Ok(ArrowStreamPump {
+            reader,
+            plan,
+            bytes,
+            eof,
+        })
+    }
+
+    /// The plan for clickhouse-local (`--structure`, insert columns), known before pumping.
+    pub fn plan(&self) -> &InputPlan {
+        &self.plan
+    }
+
+    /// The stream's Arrow schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.reader.schema()
+    }
+
+    /// Moves every batch to `output` as an Arrow IPC stream, checking each on the way, and
+    /// ends it with the end-of-stream marker. `destination` names `output` in messages.
+    /// Holds one batch at a time. On error the output is poisoned (see the module docs).
+    pub fn pump<W: Write>(
+        mut self,
+        output: W,
+        destination: &str,
+    ) -> Result<StreamStats, InputError> {
+        let input = self.plan.source.clone();
+        let write_error = |batch: u64, error: ArrowError| InputError::Write {
+            input: input.clone(),
+            batch,
+            destination: destination.to_owned(),
+            error,
+        };
+        let schema = self.reader.schema();
+        let mut writer =
+            StreamWriter::try_new_buffered(output, &schema).map_err(|e| write_error(0, e))?;
+        let mut stats = StreamStats::default();
+        let result = self
+            .pump_batches(&mut writer, &mut stats, destination)
+            .and_then(|()| self.expect_clean_end(&stats));
+        if let Err(error) = result {
+            let sink = writer.get_mut();
+            // Best effort: the consumer may already be gone, and the caller has the real error.
+            let _ = sink.write_all(&POISON).and_then(|()| sink.flush());
+            return Err(error);
+        }
+        writer.finish().map_err(|e| write_error(stats.batches, e))?;
+        writer
+            .into_inner()
+            .and_then(|mut w| Ok(w.flush()?))
+            .map_err(|e| write_error(stats.batches, e))?;
+        stats.bytes = self.bytes.load(Ordering::Relaxed);
+        Ok(stats)
+    }
+
+    fn pump_batches<W: Write>(
+        &mut self,
+        writer: &mut StreamWriter<std::io::BufWriter<W>>,
+        stats: &mut StreamStats,
+        destination: &str,
+    ) -> Result<(), InputError> {
+        loop {
+            let number = stats.batches + 1;
+            let batch = match self.reader.next() {
+                None => return Ok(()),
+                Some(Ok(batch)) => batch,
+                Some(Err(e)) => {
+                    return Err(self.bad(
+                        format!("batch {number} (after {} rows)", stats.rows),
+                        e.to_string(),
+                    ));
+                }
+            };
+            self.check_batch(&batch, number, stats.rows)?;
+            writer.write(&batch).map_err(|error| InputError::Write {
+                input: self.plan.source.clone(),
+                batch: number,
+                destination: destination.to_owned(),
+                error,
+            })?;
+            stats.batches = number;
+            stats.rows += batch.num_rows() as u64;
+        }
+    }
+
+    fn check_batch(
+        &self,
+        batch: &RecordBatch,
+        number: u64,
+        first_row: u64,
+    ) -> Result<(), InputError> {
+        for check in &self.plan.checks {
+            check
+                .check_array(batch.column(check.input_index), first_row)
+                .map_err(|problem| InputError::Value {
+                    input: self.plan.source.clone(),
+                    location: format!(
+                        "batch {number} (rows {first_row}..{})",
+                        first_row + batch.num_rows() as u64
+                    ),
+                    problem,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The reader stopped: it must have been at an end-of-stream marker with nothing after it.
+    fn expect_clean_end(&mut self, stats: &StreamStats) -> Result<(), InputError> {
+        let location = format!(
+            "the end of the stream (after batch {}, {} rows)",
+            stats.batches, stats.rows
+        );
+        if self.eof.load(Ordering::Relaxed) {
+            return Err(self.bad(
+                location,
+                "the input ended without the end-of-stream marker; the producer may have stopped early".into(),
+            ));
+        }
+        let mut probe = [0u8; 1];
+        match self.reader.get_mut().read(&mut probe) {
+            Ok(0) => Ok(()),
+            Ok(_) => Err(self.bad(
+                location,
+                "there is data after the end-of-stream marker".into(),
+            )),
+            Err(e) => Err(self.bad(
+                location,
+                format!("reading past the end-of-stream marker failed: {e}"),
+            )),
+        }
+    }
+
+    fn bad(&self, location: String, reason: String) -> InputError {
+        InputError::BadStream {
+            input: self.plan.source.clone(),
+            location,
+            reason,
+        }
+    }
+}

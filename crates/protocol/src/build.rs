@@ -1,0 +1,645 @@
+//! `build`: one task attempt's rows become verified parts in the publish table's `detached/`.
+//!
+//! ```text
+//!  ledger spec ─► check input schema ─► clickhouse-local (work dir of this process)
+//!      ─► check parts ─► sha256 every file ─► upload to <staging>/<load>/<attempt>/parts/
+//!      ─► publish-intent.json ─► fence: load still open? ─► owner check
+//!      ─► rename each part into detached/<attempt-scoped name> ─► manifest.json (last)
+//! ```
+//!
+//! Everything this attempt writes is under paths only it uses: its own local work dir, its own
+//! staging dir, and part names derived from its attempt id. It never removes anything it did not
+//! create, so a concurrent attempt of the same partition (a retry, a speculative copy, a zombie
+//! of an old stage attempt) is never disturbed. On failure it removes what it published and its
+//! staging; what it cannot remove (the connection is gone) is found by `gc` through the
+//! publish intent. Fencing happens twice: before any work (a finished load builds nothing) and
+//! right before publishing (a load committed meanwhile gets nothing new in `detached/`); a
+//! writer that passes the second check just before a commit only leaves parts no manifest
+//! names, which commit never attaches and gc removes.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use chpart_build::{
+    build_query, digest_part, inspect_parts, local_args, local_table_ddl, BuiltPart, LocalCommand,
+    RunError, Source, Stdin, StdinInput, WorkDir,
+};
+use chpart_core::manifest::{FileEntry, Manifest, PartEntry, Target};
+use chpart_core::{detached_part_name, Attempt, LoadId, PartName, RemotePath, StagingLayout};
+use chpart_input::{ArrowStreamPump, ChType, InputError, InputPlan, ParquetInput, TargetColumn};
+use chpart_remote::{RemoteError, RemoteFs};
+use serde::Serialize;
+
+use crate::ledger::{LoadSpec, LoadState};
+use crate::store::{now_unix_ms, LedgerStoreError};
+use crate::FailureKind;
+
+/// Database and table of the build inside clickhouse-local (private to the work dir).
+const LOCAL_DATABASE: &str = "chpart_build";
+const LOCAL_TABLE: &str = "t";
+const STDIN_TABLE: &str = "chpart_input";
+
+/// Where a load's spec and state come from (the ledger, in production).
+pub trait LoadDirectory {
+    /// The load's state and spec, read now (not cached: fencing depends on it).
+    fn lookup(&self, load: &LoadId) -> Result<(LoadState, Option<LoadSpec>), LedgerStoreError>;
+}
+
+/// The rows of this attempt.
+pub enum Input {
+    /// Parquet files, read by clickhouse-local itself (no spool, no re-encoding).
+    Parquet(Vec<PathBuf>),
+    /// An Arrow IPC stream (e.g. stdin), checked batch by batch and streamed into clickhouse-local.
+    ArrowStream(Box<dyn Read + Send>),
+}
+
+/// One `build` invocation.
+pub struct BuildRequest {
+    /// The load.
+    pub load: LoadId,
+    /// This attempt.
+    pub attempt: Attempt,
+    /// Its rows.
+    pub input: Input,
+    /// Merge each partition into one part before shipping (costs a merge; off by default).
+    pub merge: bool,
+}
+
+/// What `build` works with.
+pub struct BuildEnv<'a> {
+    /// The ledger.
+    pub loads: &'a dyn LoadDirectory,
+    /// The server's filesystem.
+    pub fs: &'a dyn RemoteFs,
+    /// clickhouse-local.
+    pub local: &'a LocalCommand,
+    /// Parent of this attempt's local work dir.
+    pub work_parent: PathBuf,
+    /// Staging root on the server's filesystem.
+    pub staging: StagingLayout,
+}
+
+/// Where the time went, for logs and benchmarks.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BuildTimings {
+    /// Input checks and clickhouse-local.
+    pub build_secs: f64,
+    /// sha256 of every file.
+    pub digest_secs: f64,
+    /// Upload into staging.
+    pub upload_secs: f64,
+    /// Fence check, owner check, renames and manifest.
+    pub publish_secs: f64,
+    /// Bytes uploaded.
+    pub bytes: u64,
+}
+
+/// A finished attempt.
+#[derive(Debug)]
+pub struct BuildReport {
+    /// The manifest, as written to staging (print it with `to_json_line`).
+    pub manifest: Manifest,
+    /// Timings.
+    pub timings: BuildTimings,
+}
+
+/// Why an attempt failed. Each names the load and attempt (via the CLI's context) and the file,
+/// column, part or path at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The load is committed or aborted.
+    #[error("load {load} is {state}: this attempt is fenced off and published nothing")]
+    Fenced {
+        /// The load.
+        load: LoadId,
+        /// Its state.
+        state: &'static str,
+    },
+    /// The load was never begun.
+    #[error("load {load} was never begun: run `chpart begin` on the driver before the job")]
+    NotBegun {
+        /// The load.
+        load: LoadId,
+    },
+    /// The load's table cannot be built for.
+    #[error("load {load}: {message}")]
+    Unsupported {
+        /// The load.
+        load: LoadId,
+        /// Why.
+        message: String,
+    },
+    /// Bad input: unreadable, corrupt, or not matching the table.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// clickhouse-local failed.
+    #[error("building parts with clickhouse-local: {0}")]
+    Run(#[from] RunError),
+    /// Anything else in the local build (DDL, part checks, digests, work dir).
+    #[error("building parts: {0}")]
+    Build(String),
+    /// The built rows do not add up.
+    #[error("clickhouse-local built {part_rows} rows from {source_rows} input rows into a {engine} table: rows were lost or duplicated")]
+    RowMismatch {
+        /// Rows read.
+        source_rows: u64,
+        /// Rows in the parts.
+        part_rows: u64,
+        /// The table engine.
+        engine: String,
+    },
+    /// The server's filesystem failed.
+    #[error("{op}: {source}")]
+    Remote {
+        /// What was being done.
+        op: String,
+        /// The transport's error.
+        source: Box<RemoteError>,
+    },
+    /// Published parts would not be owned by the server's user.
+    #[error("published part {path} would be owned by uid {owner}, but {detached} belongs to uid {server_uid} (the ClickHouse server's user), which could not attach it: log in over SSH as the server's user (ssh.user in the config), or run the local transport as that user")]
+    Ownership {
+        /// The staged part.
+        path: String,
+        /// Its owner.
+        owner: u32,
+        /// detached/.
+        detached: String,
+        /// detached/'s owner.
+        server_uid: u32,
+    },
+    /// The ledger failed.
+    #[error(transparent)]
+    Ledger(#[from] LedgerStoreError),
+}
+
+impl BuildError {
+    /// What the failure means for the caller.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            BuildError::Fenced { .. } => FailureKind::Fenced,
+            BuildError::Ledger(e) => e.kind(),
+            BuildError::Remote { source, .. } if source.is_transient() => FailureKind::Retryable,
+            BuildError::Run(RunError::NotFound { .. }) => FailureKind::Usage,
+            BuildError::Run(RunError::TimedOut { .. }) => FailureKind::Retryable,
+            BuildError::Run(RunError::Failed { stderr_tail, .. })
+                if run_failure_is_transient(stderr_tail) =>
+            {
+                FailureKind::Retryable
+            }
+            _ => FailureKind::Permanent,
+        }
+    }
+}
+
+/// clickhouse-local failures that another try may not hit: out of disk space or memory.
+fn run_failure_is_transient(stderr: &str) -> bool {
+    chpart_server::parse_exception(stderr).is_some_and(|(code, _, _)| {
+        matches!(
+            code,
+            241 /* MEMORY_LIMIT_EXCEEDED */ | 243 /* NOT_ENOUGH_SPACE */ | 425 /* SYSTEM_ERROR */
+        )
+    })
+}
+
+fn remote(op: impl Into<String>) -> impl FnOnce(RemoteError) -> BuildError {
+    let op = op.into();
+    move |source| BuildError::Remote {
+        op,
+        source: Box::new(source),
+    }
+}
+
+fn build_err(e: impl std::fmt::Display) -> BuildError {
+    BuildError::Build(e.to_string())
+}
+
+/// The spec of an open load, or why there is none.
+fn open_spec(loads: &dyn LoadDirectory, load: &LoadId) -> Result<LoadSpec, BuildError> {
+    match loads.lookup(load)? {
+        (LoadState::Open, Some(spec)) => Ok(spec),
+        (LoadState::Unknown, _) | (LoadState::Open, None) => {
+            Err(BuildError::NotBegun { load: load.clone() })
+        }
+        (state, _) => Err(BuildError::Fenced {
+            load: load.clone(),
+            state: state.as_str(),
+        }),
+    }
+}
+
+fn target_columns(spec: &LoadSpec) -> Result<Vec<TargetColumn>, BuildError> {
+    spec.publish_snapshot
+        .columns
+        .iter()
+        .map(|c| {
+            let ch_type: ChType = c.type_name.parse().map_err(|e| BuildError::Unsupported {
+                load: spec.load.clone(),
+                message: format!("column {} of {}: {e}", c.name, spec.target),
+            })?;
+            Ok(TargetColumn {
+                name: c.name.clone(),
+                ch_type,
+                default_kind: c.default_kind.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The parts clickhouse-local built, and the input rows it read.
+struct Built {
+    parts: Vec<BuiltPart>,
+    source_rows: u64,
+    version: String,
+}
+
+fn run_clickhouse_local(
+    env: &BuildEnv<'_>,
+    spec: &LoadSpec,
+    work: &WorkDir,
+    input: Input,
+    merge: bool,
+) -> Result<Built, BuildError> {
+    let target = target_columns(spec)?;
+    let ddl = local_table_ddl(
+        &spec.publish_snapshot.create_table_query,
+        LOCAL_DATABASE,
+        LOCAL_TABLE,
+    )
+    .map_err(build_err)?;
+    let data = work.path().join("clickhouse");
+
+    // The version query runs beside the build: it costs one process start-up, not a serial one.
+    let version_cmd = env.local.clone();
+    let version = std::thread::spawn(move || version_cmd.version());
+
+    let stats: Arc<Mutex<Option<Result<u64, InputError>>>> = Arc::default();
+    let (plan, source_rows_known, stdin_input, stdin): (
+        InputPlan,
+        Option<u64>,
+        Option<StdinInput>,
+        Stdin,
+    ) = match input {
+        Input::Parquet(paths) => {
+            let mut files = Vec::new();
+            let mut plan: Option<InputPlan> = None;
+            let mut rows = 0;
+            for path in paths {
+                let path = std::path::absolute(&path).map_err(|e| InputError::Io {
+                    path: path.clone(),
+                    error: e,
+                })?;
+                let file = ParquetInput::open(&path)?;
+                let file_plan = file.check_schema(&target).map_err(InputError::from)?;
+                file.check_nulls(&file_plan)?;
+                rows += file.num_rows();
+                if let Some(first) = &plan {
+                    if first.insert_columns != file_plan.insert_columns {
+                        return Err(BuildError::Build(format!(
+                            "input files {} and {} have different columns ({} vs {})",
+                            first.source,
+                            file_plan.source,
+                            first.insert_columns.join(", "),
+                            file_plan.insert_columns.join(", ")
+                        )));
+                    }
+                }
+                files.push((path, "Parquet".to_owned(), file_plan.structure.clone()));
+                plan.get_or_insert(file_plan);
+            }
+            let plan = plan.ok_or_else(|| BuildError::Build("no input files given".into()))?;
+            let query_source = Source::Files(files);
+            let query = build_query(
+                &ddl,
+                LOCAL_DATABASE,
+                LOCAL_TABLE,
+                &plan.insert_columns,
+                query_source,
+                merge,
+            )
+            .map_err(build_err)?;
+            let output = env
+                .local
+                .run(&local_args(&data, None, &query), Stdin::Null)?;
+            return finish(output, rows, merge, version);
+        }
+        Input::ArrowStream(reader) => {
+            let pump = ArrowStreamPump::start(reader, &target, "stdin")?;
+            let plan = pump.plan().clone();
+            let input = StdinInput {
+                table: STDIN_TABLE.into(),
+                format: "ArrowStream".into(),
+                structure: plan.structure.clone(),
+            };
+            let slot = stats.clone();
+            let stdin = Stdin::writer(move |w| {
+                let result = pump.pump(w, "clickhouse-local").map(|s| s.rows);
+                let outcome = match &result {
+                    Ok(rows) => Ok(*rows),
+                    Err(e) => Err(std::io::Error::other(e.to_string())),
+                };
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+                outcome
+            });
+            (plan, None, Some(input), stdin)
+        }
+    };
+    debug_assert!(source_rows_known.is_none());
+    let query = build_query(
+        &ddl,
+        LOCAL_DATABASE,
+        LOCAL_TABLE,
+        &plan.insert_columns,
+        Source::StdinTable(STDIN_TABLE.into()),
+        merge,
+    )
+    .map_err(build_err)?;
+    let output = env
+        .local
+        .run(&local_args(&data, stdin_input.as_ref(), &query), stdin);
+    // A failed stream is reported as the input error it is, not as the broken pipe it caused.
+    let streamed = stats.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(Err(e)) = streamed {
+        return Err(e.into());
+    }
+    let rows = match streamed {
+        Some(Ok(rows)) => rows,
+        _ => 0,
+    };
+    finish(output?, rows, merge, version)
+}
+
+fn finish(
+    output: Vec<u8>,
+    source_rows: u64,
+    merge: bool,
+    version: std::thread::JoinHandle<Result<String, RunError>>,
+) -> Result<Built, BuildError> {
+    let text = String::from_utf8_lossy(&output);
+    let parts = inspect_parts(&text, merge).map_err(build_err)?;
+    let version = version
+        .join()
+        .map_err(|_| BuildError::Build("the version query panicked".into()))??;
+    Ok(Built {
+        parts,
+        source_rows,
+        version,
+    })
+}
+
+/// Runs one attempt. On success the manifest is in staging and returned; print it last.
+pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, BuildError> {
+    let started = Instant::now();
+    let spec = open_spec(env.loads, &req.load)?;
+    let data_path = match spec.publish_snapshot.data_paths.as_slice() {
+        [one] => RemotePath::new(one).map_err(build_err)?,
+        paths => {
+            return Err(BuildError::Unsupported {
+                load: req.load.clone(),
+                message: format!(
+                "{} stores data on {} disks; chpart publishes to single-disk tables only for now",
+                spec.publish,
+                paths.len()
+            ),
+            })
+        }
+    };
+    std::fs::create_dir_all(&env.work_parent).map_err(|e| {
+        BuildError::Build(format!(
+            "cannot create the work dir parent {}: {e}",
+            env.work_parent.display()
+        ))
+    })?;
+    let work = WorkDir::create(&env.work_parent, req.load.as_str(), req.attempt.id.as_str())
+        .map_err(build_err)?;
+    let built = run_clickhouse_local(env, &spec, &work, req.input, req.merge)?;
+    let part_rows: u64 = built.parts.iter().map(|p| p.rows).sum();
+    tracing::info!(
+        "built {} part(s), {} rows from {} input rows in {:.2}s",
+        built.parts.len(),
+        part_rows,
+        built.source_rows,
+        started.elapsed().as_secs_f64()
+    );
+    // Engines that collapse rows on insert (Replacing, Summing, ...) may legitimately make fewer.
+    let engine = &spec.publish_snapshot.engine;
+    if engine == "MergeTree" && part_rows != built.source_rows {
+        return Err(BuildError::RowMismatch {
+            source_rows: built.source_rows,
+            part_rows,
+            engine: engine.clone(),
+        });
+    }
+    let mut timings = BuildTimings {
+        build_secs: started.elapsed().as_secs_f64(),
+        ..Default::default()
+    };
+
+    let t = Instant::now();
+    let mut entries = Vec::new();
+    for (seq, part) in built.parts.iter().enumerate() {
+        let seq = u32::try_from(seq).map_err(build_err)?;
+        let name = detached_part_name(&req.load, &req.attempt.id, &part.partition_id, seq);
+        let files: Vec<FileEntry> = digest_part(&part.dir).map_err(build_err)?;
+        entries.push(PartEntry {
+            bytes_on_disk: files.iter().map(|f| f.size).sum(),
+            name,
+            partition_id: part.partition_id.clone(),
+            seq,
+            rows: part.rows,
+            hash_of_all_files: part.hash_of_all_files.clone(),
+            files,
+        });
+    }
+    timings.digest_secs = t.elapsed().as_secs_f64();
+
+    let staging = env.staging.attempt(&req.load, &req.attempt.id);
+    let manifest = Manifest {
+        load: req.load.clone(),
+        attempt: req.attempt.clone(),
+        target: Target {
+            database: spec.publish.database.clone(),
+            table: spec.publish.table.clone(),
+            host: spec.host.clone(),
+            disk: "default".into(),
+            data_path: data_path.clone(),
+            staging_dir: staging.dir().clone(),
+        },
+        table_fingerprint: spec.publish_snapshot.fingerprint.clone(),
+        clickhouse_local_version: built.version.clone(),
+        source_rows: built.source_rows,
+        created_at_unix_ms: now_unix_ms(),
+        parts: entries,
+    };
+    manifest.validate().map_err(build_err)?;
+
+    let mut publisher = Publisher {
+        fs: env.fs,
+        staging_dir: staging.dir().clone(),
+        published: Vec::new(),
+    };
+    let result = publisher.ship(env, &spec, &built, &manifest, &data_path, &mut timings);
+    match result {
+        Ok(()) => {
+            work.close().map_err(build_err)?;
+            timings.bytes = manifest.parts.iter().map(|p| p.bytes_on_disk).sum();
+            Ok(BuildReport { manifest, timings })
+        }
+        Err(e) => {
+            publisher.undo();
+            Err(e)
+        }
+    }
+}
+
+/// The remote half of an attempt, remembering what it published so a failure can undo it.
+struct Publisher<'a> {
+    fs: &'a dyn RemoteFs,
+    staging_dir: RemotePath,
+    published: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct PublishIntent<'a> {
+    load: &'a LoadId,
+    attempt: &'a str,
+    detached: Vec<String>,
+}
+
+impl Publisher<'_> {
+    fn ship(
+        &mut self,
+        env: &BuildEnv<'_>,
+        spec: &LoadSpec,
+        built: &Built,
+        manifest: &Manifest,
+        data_path: &RemotePath,
+        timings: &mut BuildTimings,
+    ) -> Result<(), BuildError> {
+        let fs = self.fs;
+        let staging = env.staging.attempt(&manifest.load, &manifest.attempt.id);
+        let t = Instant::now();
+        let parts_dir = staging.parts_dir();
+        fs.create_dir_all(parts_dir.as_str())
+            .map_err(remote(format!("create staging dir {parts_dir}")))?;
+        for (part, entry) in built.parts.iter().zip(&manifest.parts) {
+            let to = staging.part_dir(&entry.name);
+            fs.upload_dir(&part.dir, to.as_str())
+                .map_err(remote(format!("upload part {} to {to}", entry.name)))?;
+        }
+        timings.upload_secs = t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        let detached_dir = chpart_core::detached_dir(data_path);
+        let detached_of = |name: &PartName| {
+            chpart_core::detached_part_path(data_path, name)
+                .as_str()
+                .to_owned()
+        };
+        let intent = PublishIntent {
+            load: &manifest.load,
+            attempt: manifest.attempt.id.as_str(),
+            detached: manifest
+                .parts
+                .iter()
+                .map(|p| detached_of(&p.name))
+                .collect(),
+        };
+        let intent_path = staging.publish_intent();
+        fs.write_file_atomic(
+            intent_path.as_str(),
+            serde_json::to_string(&intent)
+                .expect("serializes")
+                .as_bytes(),
+        )
+        .map_err(remote(format!("write {intent_path}")))?;
+
+        // Fence: nothing enters detached/ once the load is finished.
+        let _ = open_spec(env.loads, &spec.load)?;
+
+        if let Some(first) = manifest.parts.first() {
+            let detached = fs
+                .stat(detached_dir.as_str())
+                .map_err(remote(format!("stat {detached_dir}")))?
+                .ok_or_else(|| BuildError::Remote {
+                    op: format!("find {detached_dir}"),
+                    source: Box::new(RemoteError::NotFound {
+                        path: detached_dir.as_str().to_owned(),
+                        at: fs.describe(),
+                        op: "stat",
+                    }),
+                })?;
+            let staged = staging.part_dir(&first.name);
+            let part = fs
+                .stat(staged.as_str())
+                .map_err(remote(format!("stat {staged}")))?
+                .ok_or_else(|| BuildError::Build(format!("staged part {staged} vanished")))?;
+            if part.uid != detached.uid {
+                return Err(BuildError::Ownership {
+                    path: staged.as_str().to_owned(),
+                    owner: part.uid,
+                    detached: detached_dir.as_str().to_owned(),
+                    server_uid: detached.uid,
+                });
+            }
+        }
+        for entry in &manifest.parts {
+            let from = staging.part_dir(&entry.name);
+            let to = detached_of(&entry.name);
+            fs.rename_noreplace(from.as_str(), &to)
+                .map_err(remote(format!("publish part {} into {to}", entry.name)))?;
+            self.published.push(to);
+        }
+        let tmp = staging.manifest_tmp();
+        let _ = fs.remove_all(tmp.as_str());
+        fs.write_file_atomic(
+            staging.manifest().as_str(),
+            manifest.to_json_line().as_bytes(),
+        )
+        .map_err(remote(format!("write manifest {}", staging.manifest())))?;
+        timings.publish_secs = t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Best effort: remove this attempt's published parts and its staging dir. What fails here
+    /// stays for gc, which finds it through the publish intent (kept if a part could not go).
+    fn undo(&mut self) {
+        let mut all_removed = true;
+        for path in self.published.drain(..) {
+            if let Err(e) = self.fs.remove_all(&path) {
+                tracing::warn!(
+                    "could not remove published part {path} after the failure: {e}; gc will"
+                );
+                all_removed = false;
+            }
+        }
+        if all_removed {
+            if let Err(e) = self.fs.remove_all(self.staging_dir.as_str()) {
+                tracing::warn!(
+                    "could not remove staging {} after the failure: {e}; gc will",
+                    self.staging_dir
+                );
+            }
+        }
+    }
+}
+
+/// The load directory backed by the ledger, for synchronous code (the build runs on a plain
+/// thread; ledger calls block on the runtime).
+pub struct LedgerDirectory {
+    /// The ledger.
+    pub ledger: crate::store::Ledger,
+    /// Runtime to block on.
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl LoadDirectory for LedgerDirectory {
+    fn lookup(&self, load: &LoadId) -> Result<(LoadState, Option<LoadSpec>), LedgerStoreError> {
+        let view = self
+            .runtime
+            .block_on(self.ledger.view(load, crate::KNOWN_KINDS))?;
+        Ok((view.state, view.spec))
+    }
+}

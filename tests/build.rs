@@ -1,0 +1,575 @@
+//! `chpart build` end to end against the real components: clickhouse-local builds, the local
+//! transport and SFTP publish, the real ClickHouse 26.9 server attaches.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use chpart_core::Manifest;
+use chpart_testenv::clickhouse::{shared, ClickHouse, TestDb};
+use chpart_testenv::sshd::Sshd;
+
+use crate::cli::{chpart, local_config, text};
+
+pub const COLUMNS: &str = "ts DateTime('UTC'), id UInt64, name String, score Nullable(Float64)";
+pub const ENGINE: &str = "ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id";
+
+/// A table, a ledger and a config of a test's own on `server`.
+pub struct Setup<'a> {
+    pub db: TestDb<'a>,
+    pub table: String,
+    pub config: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl<'a> Setup<'a> {
+    pub fn new(server: &'a ClickHouse, name: &str) -> Setup<'a> {
+        let db = TestDb::new(server, name);
+        server.q(&format!(
+            "CREATE TABLE `{}`.events ({COLUMNS}) {ENGINE}",
+            db.name
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let config = local_config(dir.path(), server, &format!("{}_ledger", db.name));
+        let table = format!("{}.events", db.name);
+        Setup {
+            db,
+            table,
+            config,
+            dir,
+        }
+    }
+
+    pub fn begin(&self, load: &str, extra: &[&str]) -> Output {
+        chpart()
+            .args(["begin", "--config"])
+            .arg(&self.config)
+            .args(["--table", &self.table, "--load", load])
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+
+    pub fn build_cmd(&self, load: &str, attempt: &str, partition: u32) -> Command {
+        let mut cmd = chpart();
+        cmd.args(["build", "--config"]).arg(&self.config).args([
+            "--load",
+            load,
+            "--attempt",
+            attempt,
+            "--partition",
+            &partition.to_string(),
+        ]);
+        cmd
+    }
+
+    /// Runs build on Parquet files; the manifest on success.
+    pub fn build_files(
+        &self,
+        load: &str,
+        attempt: &str,
+        files: &[&Path],
+    ) -> Result<Manifest, Output> {
+        let out = self
+            .build_cmd(load, attempt, 0)
+            .arg("--input")
+            .args(files)
+            .output()
+            .unwrap();
+        manifest_of(out)
+    }
+
+    /// Everything in the publish table's `detached/` (via system.detached_parts).
+    pub fn detached(&self, table: &str) -> Vec<String> {
+        let rows = self.db.server.q(&format!(
+            "SELECT name FROM system.detached_parts WHERE database = '{}' AND table = '{table}' ORDER BY name",
+            self.db.name
+        ));
+        rows.lines().map(str::to_owned).collect()
+    }
+}
+
+pub fn manifest_of(out: Output) -> Result<Manifest, Output> {
+    if !out.status.success() {
+        return Err(out);
+    }
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    let line = stdout
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no manifest on stdout: {}", text(&out)));
+    Ok(
+        Manifest::from_json(line)
+            .unwrap_or_else(|e| panic!("manifest does not parse: {e}\n{line}")),
+    )
+}
+
+/// Writes `select` (columns of `COLUMNS`) to a file in `format` with clickhouse-local.
+pub fn write_rows(dir: &Path, name: &str, select: &str, format: &str) -> PathBuf {
+    let path = dir.join(name);
+    let out = Command::new(chpart_testenv::clickhouse_local())
+        .args([
+            "--query",
+            &format!("{select} INTO OUTFILE '{}' FORMAT {format}", path.display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "clickhouse-local: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
+/// `n` rows over two months, ids from `from`.
+pub fn rows_select(from: u64, n: u64) -> String {
+    format!(
+        "SELECT toDateTime('2026-01-20 00:00:00', 'UTC') + toIntervalDay(number % 20) AS ts, {from} + number AS id, \
+         concat('name-', toString(number)) AS name, if(number % 3 = 0, NULL, number / 7) AS score \
+         FROM numbers({n})"
+    )
+}
+
+fn exit_code(out: &Output) -> Option<i32> {
+    out.status.code()
+}
+
+#[test]
+fn parquet_build_publishes_into_the_shadow_and_attaches() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_parquet");
+    let begun = s.begin("bp-1", &["--json"]);
+    assert_eq!(exit_code(&begun), Some(0), "{}", text(&begun));
+    let spec: serde_json::Value = serde_json::from_slice(&begun.stdout).unwrap();
+    let shadow = spec["publish"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .nth(1)
+        .unwrap()
+        .to_owned();
+
+    let a = write_rows(s.dir.path(), "a.parquet", &rows_select(0, 1000), "Parquet");
+    let b = write_rows(
+        s.dir.path(),
+        "b.parquet",
+        &rows_select(1000, 500),
+        "Parquet",
+    );
+    let m = s
+        .build_files("bp-1", "app-1.7", &[&a, &b])
+        .unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert_eq!(m.source_rows, 1500);
+    assert_eq!(m.total_rows(), 1500);
+    assert_eq!(m.target.table.as_str(), shadow);
+    assert!(
+        m.parts.len() >= 2,
+        "two months, two files: {} parts",
+        m.parts.len()
+    );
+    let mut names: Vec<String> = m.parts.iter().map(|p| p.name.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        s.detached(&shadow),
+        names,
+        "exactly the manifest's parts are in detached/"
+    );
+    // The manifest is also in staging, and the local work dir is gone.
+    let staged = Path::new(m.target.staging_dir.as_str()).join("manifest.json");
+    assert_eq!(
+        Manifest::from_json(&std::fs::read_to_string(staged).unwrap()).unwrap(),
+        m
+    );
+    assert_eq!(
+        std::fs::read_dir(s.dir.path().join("work"))
+            .unwrap()
+            .count(),
+        0,
+        "work dir cleaned up"
+    );
+
+    for part in &m.parts {
+        ch.q(&format!(
+            "ALTER TABLE `{}`.`{shadow}` ATTACH PART '{}'",
+            s.db.name, part.name
+        ));
+    }
+    assert_eq!(
+        ch.q(&format!(
+            "SELECT count(), sum(id), countIf(score IS NULL) FROM `{}`.`{shadow}`",
+            s.db.name
+        ))
+        .trim(),
+        "1500\t1124250\t501"
+    );
+    let hashes = ch.q(&format!("SELECT hash_of_all_files FROM system.parts WHERE database = '{}' AND table = '{shadow}' AND active ORDER BY hash_of_all_files", s.db.name));
+    let mut want: Vec<&str> = m
+        .parts
+        .iter()
+        .map(|p| p.hash_of_all_files.as_str())
+        .collect();
+    want.sort();
+    assert_eq!(hashes.lines().collect::<Vec<_>>(), want);
+}
+
+#[test]
+fn arrow_stream_on_stdin_over_sftp_into_the_target() {
+    let ch = shared();
+    let sshd = Sshd::start(&[]);
+    let s = Setup::new(ch, "build_sftp");
+    let mut config = std::fs::read_to_string(&s.config).unwrap();
+    config = config.replace("kind = \"local\"", "kind = \"sftp\"");
+    config.push_str(&format!(
+        "[ssh]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"root\"\nidentity_file = \"{}\"\nknown_hosts = \"{}\"\n",
+        sshd.port,
+        sshd.client_key.display(),
+        sshd.known_hosts.display()
+    ));
+    std::fs::write(&s.config, config).unwrap();
+    assert_eq!(
+        exit_code(&s.begin("bs-1", &["--visibility", "part"])),
+        Some(0)
+    );
+
+    // ClickHouse writes DateTime as UInt32 in Arrow; a timestamp is what batch jobs send.
+    let select = format!(
+        "SELECT toDateTime64(ts, 3, 'UTC') AS ts, id, name, score FROM ({})",
+        rows_select(0, 2000)
+    );
+    let stream = write_rows(s.dir.path(), "rows.arrows", &select, "ArrowStream");
+    let mut child = s
+        .build_cmd("bs-1", "app-2.1", 3)
+        .args([
+            "--stage",
+            "4",
+            "--stage-attempt",
+            "1",
+            "--attempt-number",
+            "0",
+            "--input",
+            "-",
+            "--die-with-parent",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&std::fs::read(&stream).unwrap())
+        .unwrap();
+    let m =
+        manifest_of(child.wait_with_output().unwrap()).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert_eq!((m.source_rows, m.total_rows()), (2000, 2000));
+    assert_eq!(
+        (
+            m.attempt.partition,
+            m.attempt.stage,
+            m.attempt.stage_attempt
+        ),
+        (3, Some(4), Some(1))
+    );
+    assert_eq!(
+        m.target.table.as_str(),
+        "events",
+        "part visibility publishes into the target itself"
+    );
+    for part in &m.parts {
+        ch.q(&format!(
+            "ALTER TABLE {} ATTACH PART '{}'",
+            s.table, part.name
+        ));
+    }
+    assert_eq!(
+        ch.q(&format!("SELECT count(), uniqExact(id) FROM {}", s.table))
+            .trim(),
+        "2000\t2000"
+    );
+}
+
+#[test]
+fn two_attempts_of_one_partition_at_once_never_share_a_path() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_concurrent");
+    assert_eq!(
+        exit_code(&s.begin("bc-1", &["--visibility", "part"])),
+        Some(0)
+    );
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 3000), "Parquet");
+    // Same partition, two attempt ids (a retry and a zombie of the old stage attempt), as
+    // separate processes running at the same time.
+    let children: Vec<_> = ["app-3.10", "app-3.11"]
+        .iter()
+        .map(|attempt| {
+            s.build_cmd("bc-1", attempt, 5)
+                .arg("--input")
+                .arg(&input)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let manifests: Vec<Manifest> = children
+        .into_iter()
+        .map(|c| {
+            manifest_of(c.wait_with_output().unwrap()).unwrap_or_else(|o| panic!("{}", text(&o)))
+        })
+        .collect();
+    let (a, b) = (&manifests[0], &manifests[1]);
+    assert_ne!(a.target.staging_dir, b.target.staging_dir);
+    for pa in &a.parts {
+        assert!(
+            b.parts.iter().all(|pb| pb.name != pa.name),
+            "part name {} shared",
+            pa.name
+        );
+    }
+    // Both complete, both published: the driver picks one; the other is gc's.
+    assert_eq!(s.detached("events").len(), a.parts.len() + b.parts.len());
+    // Same rows, same engine: the same part contents, only the names differ.
+    let hashes = |m: &Manifest| {
+        let mut h: Vec<String> = m
+            .parts
+            .iter()
+            .map(|p| p.hash_of_all_files.clone())
+            .collect();
+        h.sort();
+        h
+    };
+    assert_eq!(hashes(a), hashes(b));
+}
+
+#[test]
+fn a_finished_load_fences_the_build_and_publishes_nothing() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_fenced");
+    assert_eq!(
+        exit_code(&s.begin("bf-1", &["--visibility", "part"])),
+        Some(0)
+    );
+    ch.q(&format!(
+        "INSERT INTO `{}_ledger`.ledger (load_id, entry_id, kind, writer, body) VALUES ('bf-1', 'commit', 'load_committed', 't', '{{}}')",
+        s.db.name
+    ));
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 10), "Parquet");
+    let out = s.build_files("bf-1", "app-4.1", &[&input]).unwrap_err();
+    assert_eq!(exit_code(&out), Some(5), "{}", text(&out));
+    assert!(
+        text(&out).contains("load bf-1 is committed"),
+        "{}",
+        text(&out)
+    );
+    assert!(s.detached("events").is_empty());
+    assert!(!ch.data_dir.join("chpart-staging/bf-1/app-4.1").exists());
+
+    let out = s
+        .build_files("never-begun", "app-4.2", &[&input])
+        .unwrap_err();
+    assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+    assert!(text(&out).contains("was never begun"), "{}", text(&out));
+}
+
+#[test]
+fn bad_input_is_refused_with_the_file_and_column_named() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_bad_input");
+    assert_eq!(
+        exit_code(&s.begin("bb-1", &["--visibility", "part"])),
+        Some(0)
+    );
+    let dir = s.dir.path();
+    let good = write_rows(dir, "good.parquet", &rows_select(0, 100), "Parquet");
+    let truncated = dir.join("truncated.parquet");
+    let bytes = std::fs::read(&good).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let garbage = dir.join("garbage.parquet");
+    std::fs::write(&garbage, b"this is not parquet at all, not even close").unwrap();
+    let extra = write_rows(
+        dir,
+        "extra.parquet",
+        &format!("SELECT *, 1 AS surprise FROM ({})", rows_select(0, 5)),
+        "Parquet",
+    );
+    let missing = write_rows(
+        dir,
+        "missing.parquet",
+        "SELECT now() AS ts, number AS id FROM numbers(5)",
+        "Parquet",
+    );
+    let wrong_type = write_rows(
+        dir,
+        "wrong_type.parquet",
+        "SELECT now() AS ts, toInt64(number) - 3 AS id, 'x' AS name, 1.5 AS score FROM numbers(5)",
+        "Parquet",
+    );
+    let nulls = write_rows(
+        dir,
+        "nulls.parquet",
+        "SELECT now() AS ts, number AS id, if(number = 2, NULL, 'x') AS name, 1.5 AS score FROM numbers(5)",
+        "Parquet",
+    );
+    let rows: Vec<(&str, &Path, Vec<&str>)> = vec![
+        (
+            "truncated parquet",
+            &truncated,
+            vec!["truncated.parquet", "not a valid Parquet file"],
+        ),
+        (
+            "garbage",
+            &garbage,
+            vec!["garbage.parquet", "not a valid Parquet file"],
+        ),
+        ("extra column", &extra, vec!["extra.parquet", "surprise"]),
+        (
+            "missing column without default",
+            &missing,
+            vec!["missing.parquet", "name"],
+        ),
+        (
+            "incompatible type",
+            &wrong_type,
+            vec!["wrong_type.parquet", "id", "Int64", "UInt64"],
+        ),
+        (
+            "null into a non-Nullable column",
+            &nulls,
+            vec!["nulls.parquet", "name", "String"],
+        ),
+    ];
+    for (case, file, wants) in rows {
+        let out = s
+            .build_files("bb-1", &format!("app-5.{}", case.len()), &[file])
+            .unwrap_err();
+        assert_eq!(exit_code(&out), Some(4), "{case}: {}", text(&out));
+        for want in wants {
+            assert!(
+                text(&out).contains(want),
+                "{case}: message lacks {want:?}: {}",
+                text(&out)
+            );
+        }
+        assert!(
+            s.detached("events").is_empty(),
+            "{case}: something was published"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(s.dir.path().join("work"))
+            .unwrap()
+            .count(),
+        0,
+        "work dirs cleaned up"
+    );
+}
+
+#[test]
+fn clickhouse_local_missing_or_failing_and_unreachable_ssh() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_faults");
+    assert_eq!(
+        exit_code(&s.begin("bx-1", &["--visibility", "part"])),
+        Some(0)
+    );
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 10), "Parquet");
+
+    let out = s
+        .build_cmd("bx-1", "app-6.1", 0)
+        .arg("--input")
+        .arg(&input)
+        .env(
+            "CHPART_CLICKHOUSE_LOCAL_COMMAND",
+            "/nonexistent/clickhouse-local",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("clickhouse_local.command"),
+        "{}",
+        text(&out)
+    );
+
+    // A clickhouse-local that crashes: the error carries its status and stderr.
+    let crashing = s.dir.path().join("crashing-clickhouse-local");
+    std::fs::write(
+        &crashing,
+        "#!/bin/sh\necho 'Code: 1001. DB::Exception: simulated crash' >&2\nkill -SEGV $$\n",
+    )
+    .unwrap();
+    chpart_testenv::set_mode(&crashing, 0o755);
+    let out = s
+        .build_cmd("bx-1", "app-6.2", 0)
+        .arg("--input")
+        .arg(&input)
+        .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", &crashing)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("simulated crash") && text(&out).contains("app-6.2"),
+        "{}",
+        text(&out)
+    );
+
+    // SFTP to a port nobody listens on: retryable, names the host.
+    let port = chpart_testenv::free_port();
+    let known_hosts = s.dir.path().join("known_hosts");
+    std::fs::write(&known_hosts, "").unwrap();
+    let mut config = std::fs::read_to_string(&s.config)
+        .unwrap()
+        .replace("kind = \"local\"", "kind = \"sftp\"");
+    config.push_str(&format!(
+        "[ssh]\nhost = \"127.0.0.1\"\nport = {port}\nuser = \"root\"\nidentity_file = \"/nonexistent\"\nknown_hosts = \"{}\"\nconnect_timeout_secs = 3\n",
+        known_hosts.display()
+    ));
+    let sftp_config = s.dir.path().join("sftp.toml");
+    std::fs::write(&sftp_config, config).unwrap();
+    let out = chpart()
+        .args(["build", "--config"])
+        .arg(&sftp_config)
+        .args([
+            "--load",
+            "bx-1",
+            "--attempt",
+            "app-6.3",
+            "--partition",
+            "0",
+            "--input",
+        ])
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        text(&out)
+    );
+    assert!(s.detached("events").is_empty());
+}
+
+#[test]
+fn a_part_the_server_could_not_own_is_refused_before_publishing() {
+    // The server runs as `clickhouse`; the local transport runs as root: publishing would
+    // leave root-owned parts ClickHouse cannot attach, so build refuses and explains.
+    let ch = ClickHouse::start(Some("clickhouse"));
+    let s = Setup::new(&ch, "build_owner");
+    assert_eq!(
+        exit_code(&s.begin("bo-1", &["--visibility", "part"])),
+        Some(0)
+    );
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 10), "Parquet");
+    let out = s.build_files("bo-1", "app-7.1", &[&input]).unwrap_err();
+    assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+    assert!(text(&out).contains("server's user"), "{}", text(&out));
+    assert!(s.detached("events").is_empty());
+    assert!(
+        !ch.data_dir.join("chpart-staging/bo-1/app-7.1").exists(),
+        "staging removed"
+    );
+}
