@@ -573,3 +573,101 @@ fn a_part_the_server_could_not_own_is_refused_before_publishing() {
         "staging removed"
     );
 }
+
+/// A tmpfs mounted for one test, unmounted on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = chpart_testenv::scratch_dir("tmpfs");
+        let out = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount tmpfs (tests run as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs { dir }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[test]
+fn staging_on_another_filesystem_or_a_full_disk_fails_cleanly() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_fs_faults");
+    assert_eq!(
+        exit_code(&s.begin("bd-1", &["--visibility", "part"])),
+        Some(0)
+    );
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 1000), "Parquet");
+
+    // Staging on another filesystem than detached/: the rename cannot work (EXDEV).
+    let other_fs = Tmpfs::mount("16m");
+    let out = s
+        .build_cmd("bd-1", "app-8.1", 0)
+        .arg("--input")
+        .arg(&input)
+        .env("CHPART_STAGING_ROOT", other_fs.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("different filesystems") || text(&out).contains("cross-device"),
+        "{}",
+        text(&out)
+    );
+    assert!(s.detached("events").is_empty());
+    assert!(
+        !other_fs.dir.path().join("bd-1/app-8.1").exists(),
+        "staging removed after the failure"
+    );
+
+    // A staging filesystem too small for the parts: the upload fails with the cause named.
+    let small = Tmpfs::mount("256k");
+    let big = write_rows(
+        s.dir.path(),
+        "big.parquet",
+        "SELECT now() AS ts, number AS id, randomString(200) AS name, NULL::Nullable(Float64) AS score FROM numbers(20000)",
+        "Parquet",
+    );
+    let out = s
+        .build_cmd("bd-1", "app-8.2", 0)
+        .arg("--input")
+        .arg(&big)
+        .env("CHPART_STAGING_ROOT", small.dir.path())
+        .output()
+        .unwrap();
+    // Retrying on the same full disk cannot help until someone frees space: permanent.
+    assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("No space left on device"),
+        "{}",
+        text(&out)
+    );
+    assert!(text(&out).contains("app-8.2"), "{}", text(&out));
+    assert!(s.detached("events").is_empty());
+    assert!(
+        !small.dir.path().join("bd-1/app-8.2").exists(),
+        "staging removed after the failure"
+    );
+}

@@ -137,20 +137,44 @@ const CATEGORIES: [&str; 12] = [
 ];
 
 const WORDS: [&str; 16] = [
-    "red", "winter", "sale", "leather", "wireless", "kids", "running", "vintage", "cotton",
-    "gift", "black", "organic", "mini", "pro", "travel", "classic",
+    "red", "winter", "sale", "leather", "wireless", "kids", "running", "vintage", "cotton", "gift",
+    "black", "organic", "mini", "pro", "travel", "classic",
 ];
 
 const TAGS: [&str; 20] = [
-    "mobile", "desktop", "tablet", "ios", "android", "web", "promo", "returning", "new_user",
-    "ab_a", "ab_b", "beta", "vip", "organic", "paid", "email", "social", "guest", "sale", "app",
+    "mobile",
+    "desktop",
+    "tablet",
+    "ios",
+    "android",
+    "web",
+    "promo",
+    "returning",
+    "new_user",
+    "ab_a",
+    "ab_b",
+    "beta",
+    "vip",
+    "organic",
+    "paid",
+    "email",
+    "social",
+    "guest",
+    "sale",
+    "app",
 ];
 
 /// Map keys, each with the values it takes.
 const PROPS: [(&str, &[&str]); 8] = [
-    ("utm_source", &["google", "facebook", "newsletter", "twitter", "bing"]),
+    (
+        "utm_source",
+        &["google", "facebook", "newsletter", "twitter", "bing"],
+    ),
     ("utm_medium", &["cpc", "email", "social", "organic"]),
-    ("utm_campaign", &["bf2026", "winter_sale", "retarget", "brand"]),
+    (
+        "utm_campaign",
+        &["bf2026", "winter_sale", "retarget", "brand"],
+    ),
     ("ref", &["home", "search", "email", "push"]),
     ("variant", &["a", "b", "control"]),
     ("lang", &["en", "de", "fr", "es", "pt", "ja"]),
@@ -223,7 +247,8 @@ impl EventGen {
         // Events are logged roughly in arrival order: spread evenly over the hour, each moved by
         // a couple of seconds of jitter, kept inside the hour, in whole milliseconds (the
         // column is DateTime64(3): no value changes on the way in).
-        let even = (i128::from(self.next_row) * i128::from(HOUR_US) / i128::from(self.rows_total.max(1))) as i64;
+        let even = (i128::from(self.next_row) * i128::from(HOUR_US)
+            / i128::from(self.rows_total.max(1))) as i64;
         let jitter = rng.below(2 * JITTER_US as u64) as i64 - JITTER_US;
         let offset = (even + jitter).clamp(0, HOUR_US - 1) / 1000 * 1000;
         b.ts.append_value(self.hour_start_us + offset);
@@ -242,7 +267,9 @@ impl EventGen {
         b.url.append_value(&self.text);
 
         let country = COUNTRIES[self.countries.pick(mix64(rank ^ 0x636f_756e_7472_79))].0;
-        b.country.append_value(country).expect("country codes are 2 bytes");
+        b.country
+            .append_value(country)
+            .expect("country codes are 2 bytes");
 
         // Money only on purchases (always) and carts (half the time); prices are log-uniform
         // between 2 and 1000 in whole cents, scaled to Decimal(18, 4).
@@ -269,9 +296,13 @@ impl EventGen {
         for _ in 0..rng.weighted(&self.prop_count) {
             let (key, values) = PROPS[distinct(rng, PROPS.len(), &mut seen)];
             b.props.keys().append_value(key);
-            b.props.values().append_value(values[rng.below(values.len() as u64) as usize]);
+            b.props
+                .values()
+                .append_value(values[rng.below(values.len() as u64) as usize]);
         }
-        b.props.append(true).expect("keys and values are appended in pairs");
+        b.props
+            .append(true)
+            .expect("keys and values are appended in pairs");
 
         // Server-side events (errors, some purchases' webhooks) carry no browser session; a
         // user keeps one session for the hour.
@@ -421,11 +452,21 @@ mod tests {
         let hour = 1_796_029_200; // 2026-11-30T09:00:00Z
         let whole = EventGen::new(5, hour, 1000).next_batch(1000);
         let mut split = EventGen::new(5, hour, 1000);
-        let parts: Vec<RecordBatch> = [300, 1, 699, 10].iter().map(|&n| split.next_batch(n)).collect();
-        assert_eq!(parts.iter().map(RecordBatch::num_rows).collect::<Vec<_>>(), [300, 1, 699, 0]);
+        let parts: Vec<RecordBatch> = [300, 1, 699, 10]
+            .iter()
+            .map(|&n| split.next_batch(n))
+            .collect();
+        assert_eq!(
+            parts.iter().map(RecordBatch::num_rows).collect::<Vec<_>>(),
+            [300, 1, 699, 0]
+        );
         let joined = arrow_select_concat(&parts);
         assert_eq!(whole, joined);
-        assert_ne!(whole, EventGen::new(6, hour, 1000).next_batch(1000), "the seed matters");
+        assert_ne!(
+            whole,
+            EventGen::new(6, hour, 1000).next_batch(1000),
+            "the seed matters"
+        );
     }
 
     #[test]
@@ -434,14 +475,27 @@ mod tests {
         let batch = EventGen::new(1, hour, 20_000).next_batch(20_000);
         assert_eq!(batch.schema(), schema());
         let ts = batch.column(0).as_primitive::<TimestampMicrosecondType>();
-        assert!(ts.values().iter().all(|&t| (hour * 1_000_000..(hour + 3600) * 1_000_000).contains(&t) && t % 1000 == 0));
+        assert!(ts
+            .values()
+            .iter()
+            .all(|&t| (hour * 1_000_000..(hour + 3600) * 1_000_000).contains(&t) && t % 1000 == 0));
         let users = batch.column(1).as_primitive::<UInt64Type>();
-        let most = users.values().iter().filter(|&&u| u == users.value(0)).count();
-        assert!(users.values().iter().all(|&u| (1_000_000..1_000_000 + USERS).contains(&u)));
+        let most = users
+            .values()
+            .iter()
+            .filter(|&&u| u == users.value(0))
+            .count();
+        assert!(users
+            .values()
+            .iter()
+            .all(|&u| (1_000_000..1_000_000 + USERS).contains(&u)));
         assert!(most >= 1);
         let revenue = batch.column(5);
         let priced = revenue.len() - revenue.null_count();
-        assert!((100..1000).contains(&priced), "{priced} priced rows of 20000");
+        assert!(
+            (100..1000).contains(&priced),
+            "{priced} priced rows of 20000"
+        );
         let events = batch.column(2).as_string::<i32>();
         let distinct: std::collections::BTreeSet<&str> = events.iter().flatten().collect();
         assert_eq!(distinct.len(), EVENTS.len());

@@ -113,6 +113,9 @@ pub fn generate(options: &GenOptions) -> anyhow::Result<GenReport> {
         bail!("--files must be between 1 and the number of rows");
     }
     let started = Instant::now();
+    if let Some(parent) = options.out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent).with_context(|| format!("create {}", parent.display()))?;
+    }
     let paths = output_paths(&options.out, options.files);
     let (tx, rx) = mpsc::sync_channel::<(usize, RecordBatch)>(2);
     let options_for_gen = options.clone();
@@ -139,7 +142,9 @@ pub fn generate(options: &GenOptions) -> anyhow::Result<GenReport> {
             }
         });
         let written = write_files(&paths, rx);
-        producer.join().expect("the generator thread does not panic");
+        producer
+            .join()
+            .expect("the generator thread does not panic");
         written
     })?;
     if interrupt::requested() {
@@ -198,20 +203,31 @@ fn write_files(
     Ok((arrow_bytes, rows))
 }
 
-/// A Parquet file being written under `<path>.tmp`.
+/// A Parquet file being written under a temporary name in its directory, which is removed
+/// if the file is dropped unfinished.
 struct PartialFile {
     path: PathBuf,
-    tmp: PathBuf,
+    tmp: tempfile::NamedTempFile,
     writer: ArrowWriter<BufWriter<File>>,
 }
 
 impl PartialFile {
     fn create(path: &Path, props: WriterProperties) -> anyhow::Result<PartialFile> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        let file = File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
-        let writer = ArrowWriter::try_new(BufWriter::with_capacity(1 << 20, file), events::schema(), Some(props))?;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(".chpart-bench-")
+            .suffix(".tmp")
+            .tempfile_in(dir)
+            .with_context(|| format!("create a temporary file in {}", dir.display()))?;
+        let file = tmp.as_file().try_clone()?;
+        let writer = ArrowWriter::try_new(
+            BufWriter::with_capacity(1 << 20, file),
+            events::schema(),
+            Some(props),
+        )?;
         Ok(PartialFile {
             path: path.to_path_buf(),
             tmp,
@@ -220,25 +236,18 @@ impl PartialFile {
     }
 
     fn finish(self) -> anyhow::Result<()> {
-        let buffered = self
-            .writer
-            .into_inner()
-            .with_context(|| format!("finish {}", self.tmp.display()))?;
+        let what = || format!("finish {}", self.path.display());
+        let buffered = self.writer.into_inner().with_context(what)?;
         let file = buffered
             .into_inner()
             .map_err(|e| e.into_error())
-            .with_context(|| format!("flush {}", self.tmp.display()))?;
-        file.sync_all()?;
-        fs::rename(&self.tmp, &self.path)
-            .with_context(|| format!("rename {} to {}", self.tmp.display(), self.path.display()))
-    }
-}
-
-impl Drop for PartialFile {
-    fn drop(&mut self) {
-        // After a successful finish the temporary name no longer exists; otherwise this removes
-        // the half-written file.
-        let _ = fs::remove_file(&self.tmp);
+            .with_context(what)?;
+        file.sync_all().with_context(what)?;
+        self.tmp
+            .persist(&self.path)
+            .map_err(|e| e.error)
+            .with_context(|| format!("rename the finished file to {}", self.path.display()))?;
+        Ok(())
     }
 }
 
@@ -258,7 +267,20 @@ pub fn parse_hour(text: &str) -> anyhow::Result<i64> {
     };
     let (year, month, day, hour) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?);
     let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
     if !(1..=12).contains(&month) || day < 1 || day > month_days[month as usize - 1] || hour > 23 {
         return Err(bad());
     }
@@ -286,19 +308,35 @@ mod tests {
         assert_eq!(parse_hour("2026-11-30T09").unwrap(), 1_796_029_200);
         assert_eq!(parse_hour("1970-01-01T00").unwrap(), 0);
         assert_eq!(parse_hour("2024-02-29T23").unwrap(), 1_709_247_600);
-        for bad in ["2026-11-30", "2026-13-01T00", "2025-02-29T00", "2026-11-30T24", "2026-11-3xT09", "+026-11-30T09"] {
+        for bad in [
+            "2026-11-30",
+            "2026-13-01T00",
+            "2025-02-29T00",
+            "2026-11-30T24",
+            "2026-11-3xT09",
+            "+026-11-30T09",
+        ] {
             assert!(parse_hour(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn rows_split_evenly_over_files() {
-        assert_eq!((0..3).map(|i| rows_of_file(10, 3, i)).collect::<Vec<_>>(), [4, 3, 3]);
+        assert_eq!(
+            (0..3).map(|i| rows_of_file(10, 3, i)).collect::<Vec<_>>(),
+            [4, 3, 3]
+        );
         assert_eq!(
             output_paths(Path::new("/x/ev.parquet"), 2),
-            [PathBuf::from("/x/ev.0.parquet"), PathBuf::from("/x/ev.1.parquet")]
+            [
+                PathBuf::from("/x/ev.0.parquet"),
+                PathBuf::from("/x/ev.1.parquet")
+            ]
         );
-        assert_eq!(output_paths(Path::new("/x/ev.parquet"), 1), [PathBuf::from("/x/ev.parquet")]);
+        assert_eq!(
+            output_paths(Path::new("/x/ev.parquet"), 1),
+            [PathBuf::from("/x/ev.parquet")]
+        );
     }
 
     fn read_all(paths: &[PathBuf]) -> Vec<RecordBatch> {
@@ -328,11 +366,18 @@ mod tests {
         };
         let one = generate(&options("a.parquet", 1)).unwrap();
         let again = generate(&options("b.parquet", 1)).unwrap();
-        assert_eq!(fs::read(&one.paths[0]).unwrap(), fs::read(&again.paths[0]).unwrap());
+        assert_eq!(
+            fs::read(&one.paths[0]).unwrap(),
+            fs::read(&again.paths[0]).unwrap()
+        );
         let three = generate(&options("c.parquet", 3)).unwrap();
         assert_eq!(three.paths.len(), 3);
         let whole = read_all(&one.paths);
-        assert_eq!(whole[0].schema(), events::schema(), "the Parquet round trip keeps the schema");
+        assert_eq!(
+            whole[0].schema(),
+            events::schema(),
+            "the Parquet round trip keeps the schema"
+        );
         let split = read_all(&three.paths);
         let whole_rows: usize = whole.iter().map(RecordBatch::num_rows).sum();
         assert_eq!(whole_rows, 5_000);
@@ -342,7 +387,8 @@ mod tests {
                 .iter()
                 .flat_map(|b| {
                     let ids = b.column(1).to_data();
-                    ids.buffers()[0].typed_data::<u64>()[ids.offset()..ids.offset() + ids.len()].to_vec()
+                    ids.buffers()[0].typed_data::<u64>()[ids.offset()..ids.offset() + ids.len()]
+                        .to_vec()
                 })
                 .collect()
         };

@@ -152,7 +152,14 @@ mod tests {
 
     #[test]
     fn the_query_inserts_each_file_and_lists_parts() {
-        let q = build_query(&[PathBuf::from("/d/a.parquet"), PathBuf::from("/d/it's.parquet")], true).unwrap();
+        let q = build_query(
+            &[
+                PathBuf::from("/d/a.parquet"),
+                PathBuf::from("/d/it's.parquet"),
+            ],
+            true,
+        )
+        .unwrap();
         assert!(q.contains("INSERT INTO db.events SELECT * FROM file('/d/a.parquet', Parquet)"));
         assert!(q.contains("file('/d/it\\'s.parquet', Parquet)"));
         assert!(q.contains("OPTIMIZE TABLE db.events FINAL"));
@@ -186,7 +193,10 @@ mod tests {
         .unwrap();
         assert_eq!(build.rows(), 10_000);
         let per_row = build.data_uncompressed_bytes() as f64 / 10_000.0;
-        assert!((70.0..=100.0).contains(&per_row), "{per_row:.1} uncompressed bytes per row");
+        assert!(
+            (70.0..=100.0).contains(&per_row),
+            "{per_row:.1} uncompressed bytes per row"
+        );
 
         // The values arrive intact, not just the row count: check a few aggregates with an
         // independent reading of the file.

@@ -1,1 +1,144 @@
-fn main() {}
+//! `chpart-bench`: generate the benchmark input, print its table, run the build benchmark.
+//! Parses arguments and hands over to the library; see BENCH.md for what the figures mean.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use chpart_bench::build::{self, BuildOptions};
+use chpart_bench::gen::{self, GenOptions};
+use chpart_bench::{events, interrupt};
+use clap::{Parser, Subcommand};
+
+/// Benchmarks for chpart's executor side.
+#[derive(Debug, Parser)]
+#[command(name = "chpart-bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+/// Input shape shared by `gen` and `build`.
+#[derive(Debug, clap::Args)]
+struct Input {
+    /// Files the rows are split into (consecutive ranges of one row stream).
+    #[arg(long, default_value_t = 1)]
+    files: usize,
+    /// Seed of the row stream: the same seed, rows and hour give the same files.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The hour (UTC) the events fall in, as YYYY-MM-DDTHH.
+    #[arg(long, default_value = "2026-11-30T09")]
+    hour: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Write a deterministic hour of events as zstd Parquet (row groups of 1M rows), streamed
+    /// batch by batch; several files are named <stem>.<i>.parquet.
+    Gen {
+        /// Rows in all files together.
+        #[arg(long)]
+        rows: u64,
+        /// The output file.
+        #[arg(long, value_name = "FILE.parquet")]
+        out: PathBuf,
+        #[command(flatten)]
+        input: Input,
+    },
+    /// Print the CREATE TABLE statement the generated files match.
+    Ddl {
+        /// Table name, as table or db.table.
+        #[arg(long, default_value = "db.events")]
+        table: String,
+    },
+    /// The executor-side benchmark: raw clickhouse-local vs `chpart build` (local and SFTP
+    /// transports) vs scp, on one generated input, against a server and sshd it starts itself.
+    Build {
+        /// Rows in the generated input.
+        #[arg(long)]
+        rows: u64,
+        #[command(flatten)]
+        input: Input,
+        /// Rounds; each variant's best round is reported (the machine is noisy).
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// Also measure merged builds (raw + OPTIMIZE FINAL, chpart build --merge).
+        #[arg(long)]
+        merge: bool,
+        /// Skip the reference server-side INSERT over HTTP.
+        #[arg(long)]
+        no_server_insert: bool,
+        /// Measure only the baselines that need no chpart (raw clickhouse-local, scp, server
+        /// INSERT).
+        #[arg(long)]
+        raw_only: bool,
+        /// Keep the benchmark's directory (input, configs) instead of deleting it.
+        #[arg(long)]
+        keep: bool,
+        /// The chpart binary [default: chpart next to chpart-bench].
+        #[arg(long, value_name = "PATH")]
+        chpart: Option<PathBuf>,
+        /// Where the benchmark's directory is made [default: the system temp directory].
+        #[arg(long, value_name = "DIR")]
+        work_dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    interrupt::install();
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("chpart-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Cmd::Gen { rows, out, input } => {
+            let report = gen::generate(&GenOptions {
+                rows,
+                out,
+                files: input.files,
+                seed: input.seed,
+                hour_start_secs: gen::parse_hour(&input.hour)?,
+            })?;
+            for path in &report.paths {
+                println!("{}", path.display());
+            }
+            eprintln!("{}", report.summary());
+        }
+        Cmd::Ddl { table } => {
+            if !events::valid_table_name(&table) {
+                anyhow::bail!("--table {table:?}: expected table or db.table of [A-Za-z0-9_]");
+            }
+            println!("{}", events::ddl(&table));
+        }
+        Cmd::Build {
+            rows,
+            input,
+            repeat,
+            merge,
+            no_server_insert,
+            raw_only,
+            keep,
+            chpart,
+            work_dir,
+        } => build::run(&BuildOptions {
+            rows,
+            files: input.files,
+            seed: input.seed,
+            hour_start_secs: gen::parse_hour(&input.hour)?,
+            repeat,
+            merge,
+            server_insert: !no_server_insert,
+            raw_only,
+            keep,
+            chpart,
+            work_dir,
+        })?,
+    }
+    Ok(())
+}

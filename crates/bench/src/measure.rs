@@ -184,7 +184,11 @@ mod tests {
         measured.check().unwrap();
         assert_eq!(measured.stdout_text().trim(), "67108865");
         let own = measured.own_peak_kib.expect("sampled at least once");
-        assert!(measured.tree_peak_kib > 60 * 1024, "tree peak {} KiB", measured.tree_peak_kib);
+        assert!(
+            measured.tree_peak_kib > 60 * 1024,
+            "tree peak {} KiB",
+            measured.tree_peak_kib
+        );
         assert!(own < 16 * 1024, "the shell's own peak {own} KiB");
         assert!(measured.wall >= Duration::from_millis(50));
     }
@@ -193,7 +197,13 @@ mod tests {
     fn failures_name_the_command_and_show_stderr() {
         let measured = run(Command::new("sh").args(["-c", "echo boom >&2; exit 3"])).unwrap();
         let message = measured.check().unwrap_err().to_string();
-        assert!(message.contains("sh -c 'echo boom >&2; exit 3'"), "{message}");
-        assert!(message.contains("exit status: 3") && message.contains("boom"), "{message}");
+        assert!(
+            message.contains("sh -c 'echo boom >&2; exit 3'"),
+            "{message}"
+        );
+        assert!(
+            message.contains("exit status: 3") && message.contains("boom"),
+            "{message}"
+        );
     }
 }

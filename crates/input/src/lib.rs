@@ -18,7 +18,7 @@
 //! - [`arrow_stream`]: [`ArrowStreamPump`] passes an Arrow IPC stream through to
 //!   clickhouse-local's stdin one batch at a time, checking schema and values on the way.
 //!
-//! See `MAPPING.md` beside this crate for the Arrow → ClickHouse type table and its tests.
+//! See the "Type mapping" section of the repository README for the Arrow → ClickHouse type table and its tests.
 
 #![deny(missing_docs)]
 

@@ -11,7 +11,7 @@
 //! - every target column the input lacks must have a default (`DEFAULT`, `MATERIALIZED`,
 //!   `ALIAS`, `EPHEMERAL`);
 //! - each input column's Arrow type must convert into the target's ClickHouse type without
-//!   losing values (the table in `MAPPING.md`), checked recursively through `Nullable`,
+//!   losing values (the "Type mapping" table in the README), checked recursively through `Nullable`,
 //!   `LowCardinality`, `Array`, `Map` and `Tuple`;
 //! - what only the data can tell (NULLs into non-`Nullable` positions, timestamps outside
 //!   `DateTime`'s range) becomes a [`ValueCheck`] in the plan for the readers to run.
@@ -407,7 +407,7 @@ fn is_bytes(dt: &DataType) -> bool {
         )
 }
 
-/// Whether every value of `arrow` converts into `ch` without loss (see `MAPPING.md`).
+/// Whether every value of `arrow` converts into `ch` without loss (see the README's "Type mapping").
 fn compatible(arrow: &DataType, ch: &ChType, position: &str) -> Result<(), Mismatch> {
     let no = |why: &str| Err(Mismatch::new(position, arrow, ch, why));
     match ch {
@@ -655,7 +655,7 @@ mod tests {
     fn accepted_type_pairs() {
         use DataType as A;
         use TimeUnit::*;
-        // (Arrow type, ClickHouse type): every row of MAPPING.md's compatibility table.
+        // (Arrow type, ClickHouse type): every row of the README's type mapping table.
         let rows: Vec<(DataType, &str)> = vec![
             (A::Int8, "Int8"),
             (A::Int8, "Int16"),

@@ -1,4 +1,4 @@
-//! Real-component proof of the Arrow → ClickHouse mapping (MAPPING.md), against clickhouse-local
+//! Real-component proof of the Arrow → ClickHouse mapping (the README's "Type mapping"), against clickhouse-local
 //! (the ClickHouse 26.9 engine).
 //!
 //! Every accepted row of the mapping is one column of one record batch, with edge values. The
@@ -1139,7 +1139,7 @@ fn clickhouse_misreads_what_the_checks_refuse() {
         }
         assert!(
             surprises.is_empty(),
-            "ClickHouse no longer behaves as the refusals assume (revisit MAPPING.md):\n{}",
+            "ClickHouse no longer behaves as the refusals assume (revisit the README's type mapping):\n{}",
             surprises.join("\n")
         );
     }

@@ -1,0 +1,958 @@
+//! `chpart-bench build`: the executor side of chpart, measured beside the tools it replaces.
+//!
+//! One run generates the events file, starts its own ClickHouse server and sshd on loopback
+//! (through the integration tests' harness, so both stop when the run ends, fails or is
+//! killed), and then, for each round, times side by side:
+//!
+//! - (a) raw clickhouse-local building parts of the same table from the same file
+//!   ([`crate::local`]): the floor for chpart's build, since chpart runs exactly that engine;
+//! - (b) `chpart build` with the local transport: everything chpart adds on top of (a) (schema
+//!   check, table snapshot, part checks, sha256 of every file, staging, publish, manifest);
+//! - (c) `chpart build` over SFTP to the loopback sshd: (b) plus the upload;
+//! - (d) `scp -r` of the part directories (a) made, to the server's filesystem: the upload
+//!   baseline. chpart's CLI does not report its upload time on its own, so its upload is
+//!   estimated as (c) - (b) and labelled as such;
+//! - optionally the same with `--merge` (one part per partition), and for reference the
+//!   server-side `INSERT ... FORMAT Parquet` over HTTP, with the server's CPU time.
+//!
+//! Memory is chpart's own peak RSS (see [`crate::measure`] for why not `wait4`'s). The machine
+//! is shared and noisy, so each figure is the best of `--repeat` rounds and the report compares
+//! ratios against the targets; nothing here asserts a timing.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use chpart_testenv::clickhouse::ClickHouse;
+use chpart_testenv::sshd::Sshd;
+
+use crate::gen::{generate, GenOptions};
+use crate::local::{self, DATABASE, TABLE};
+use crate::measure::{self, Measured};
+use crate::{events, http, interrupt};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// Rows in the input.
+    pub rows: u64,
+    /// Input files the rows are split into (chpart gets them all as one attempt's input).
+    pub files: usize,
+    /// Generator seed.
+    pub seed: u64,
+    /// Start of the input's hour, Unix seconds.
+    pub hour_start_secs: i64,
+    /// Rounds; each variant's best round is reported.
+    pub repeat: usize,
+    /// Also measure `--merge` builds (raw and chpart, local transport).
+    pub merge: bool,
+    /// Also measure the server-side INSERT over HTTP.
+    pub server_insert: bool,
+    /// Measure only what needs no chpart: raw clickhouse-local, scp, server INSERT.
+    pub raw_only: bool,
+    /// Keep the benchmark's directory (input, raw parts, configs) instead of deleting it.
+    pub keep: bool,
+    /// The chpart binary; default: `chpart` next to this executable.
+    pub chpart: Option<PathBuf>,
+    /// Parent of the benchmark's directory; default: the system temp directory.
+    pub work_dir: Option<PathBuf>,
+}
+
+/// The targets the report checks.
+const BUILD_TARGET: f64 = 0.9;
+const UPLOAD_TARGET: f64 = 0.9;
+const RSS_TARGET_MB: f64 = 256.0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Variant {
+    Raw,
+    Local,
+    Sftp,
+    RawMerge,
+    LocalMerge,
+    ServerInsert,
+    Scp,
+}
+
+impl Variant {
+    fn label(self) -> &'static str {
+        match self {
+            Variant::Raw => "(a) raw clickhouse-local",
+            Variant::Local => "(b) chpart build, local transport",
+            Variant::Sftp => "(c) chpart build, SFTP to loopback sshd",
+            Variant::RawMerge => "(m) raw clickhouse-local + OPTIMIZE FINAL",
+            Variant::LocalMerge => "(m) chpart build --merge, local transport",
+            Variant::ServerInsert => "(r) server INSERT ... FORMAT Parquet (HTTP)",
+            Variant::Scp => "(d) scp -r of the part directories",
+        }
+    }
+}
+
+/// One timed run of a variant.
+#[derive(Debug)]
+struct Sample {
+    secs: f64,
+    own_peak_kib: Option<u64>,
+    tree_peak_kib: Option<u64>,
+    server_cpu_secs: Option<f64>,
+    /// Bytes of parts produced or moved.
+    part_bytes: Option<u64>,
+    stderr: Vec<u8>,
+}
+
+impl Sample {
+    fn of(run: &Measured, server_cpu_secs: Option<f64>, part_bytes: Option<u64>) -> Sample {
+        Sample {
+            secs: run.wall.as_secs_f64(),
+            own_peak_kib: run.own_peak_kib,
+            tree_peak_kib: Some(run.tree_peak_kib),
+            server_cpu_secs,
+            part_bytes,
+            stderr: run.stderr.clone(),
+        }
+    }
+}
+
+/// The samples of every variant, and what the report needs besides.
+#[derive(Default)]
+struct Results {
+    samples: BTreeMap<Variant, Vec<Sample>>,
+    raw_parts: usize,
+    raw_part_bytes: u64,
+    raw_uncompressed: u64,
+    chpart_parts: Option<usize>,
+}
+
+impl Results {
+    fn add(&mut self, variant: Variant, sample: Sample) {
+        self.samples.entry(variant).or_default().push(sample);
+    }
+
+    fn best(&self, variant: Variant) -> Option<&Sample> {
+        self.samples
+            .get(&variant)?
+            .iter()
+            .min_by(|a, b| a.secs.total_cmp(&b.secs))
+    }
+}
+
+/// Runs the build benchmark and prints its report.
+pub fn run(options: &BuildOptions) -> anyhow::Result<()> {
+    if options.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    let chpart = if options.raw_only {
+        None
+    } else {
+        Some(Chpart::find(options.chpart.as_deref())?)
+    };
+    let clickhouse_local = chpart_testenv::clickhouse_local();
+
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("chpart-bench-");
+    let dir = match &options.work_dir {
+        Some(parent) => builder.tempdir_in(parent),
+        None => builder.tempdir(),
+    }
+    .context("create the benchmark's directory")?;
+    let root = dir.path().to_path_buf();
+    println!("chpart-bench build: working in {}", root.display());
+
+    let gen = generate(&GenOptions {
+        rows: options.rows,
+        out: root.join("input").join("events.parquet"),
+        files: options.files,
+        seed: options.seed,
+        hour_start_secs: options.hour_start_secs,
+    })?;
+    println!("input: {}", gen.summary());
+
+    println!("starting ClickHouse 26.9 (chdb) and sshd on 127.0.0.1 ...");
+    let server = ClickHouse::start(None);
+    let sshd = Sshd::start(&[]);
+    let target = format!("{DATABASE}.{TABLE}");
+    let http_table = format!("{DATABASE}.{TABLE}_http");
+    for sql in [
+        format!("CREATE DATABASE {DATABASE}"),
+        events::ddl(&target),
+        events::ddl(&http_table),
+        // Background merges of the INSERTed parts would burn server CPU during later
+        // variants and blur the server CPU column; chpart's parts sit in detached/ anyway.
+        format!("SYSTEM STOP MERGES {http_table}"),
+    ] {
+        server
+            .query(&sql)
+            .map_err(|e| anyhow::anyhow!("{sql}: {e}"))?;
+    }
+    let staging = server.data_dir.join("chpart-staging");
+    fs::create_dir_all(&staging)?;
+
+    let configs = Configs::write(&root, &server, &sshd, &clickhouse_local, &staging)?;
+    if let Some(chpart) = &chpart {
+        chpart.begin(&configs.local, "bench-local")?;
+        chpart.begin(&configs.sftp, "bench-sftp")?;
+        if options.merge {
+            chpart.begin(&configs.local, "bench-merge")?;
+        }
+    }
+
+    let mut results = Results::default();
+    for round in 0..options.repeat {
+        if interrupt::requested() {
+            bail!("interrupted");
+        }
+        println!("round {}/{} ...", round + 1, options.repeat);
+        let round_dir = root.join(format!("round-{round}"));
+        let ctx = Round {
+            round,
+            dir: &round_dir,
+            inputs: &gen.paths,
+            server: &server,
+            sshd: &sshd,
+            clickhouse_local: &clickhouse_local,
+            chpart: chpart.as_ref(),
+            configs: &configs,
+            rows: options.rows,
+        };
+        ctx.run(options, &mut results)?;
+        if !options.keep {
+            fs::remove_dir_all(&round_dir).ok();
+        }
+    }
+
+    print!("{}", report(options, &gen.summary(), &results));
+    if options.keep {
+        let kept = dir.keep();
+        println!(
+            "kept {} (the server and sshd directories are removed on exit)",
+            kept.display()
+        );
+    }
+    Ok(())
+}
+
+/// The chpart configurations of the run, one per transport.
+struct Configs {
+    local: PathBuf,
+    sftp: PathBuf,
+}
+
+impl Configs {
+    fn write(
+        root: &Path,
+        server: &ClickHouse,
+        sshd: &Sshd,
+        clickhouse_local: &Path,
+        staging: &Path,
+    ) -> anyhow::Result<Configs> {
+        let work = root.join("chpart-work");
+        fs::create_dir_all(&work)?;
+        let common = format!(
+            "[clickhouse]\nurl = {}\nuser = \"default\"\nrequest_timeout_secs = 600\n\n\
+             [clickhouse_local]\ncommand = {}\nwork_dir = {}\ntimeout_secs = 3600\n\n\
+             [staging]\nroot = {}\n\n[ledger]\ndatabase = \"chpart\"\n",
+            toml_str(&server.url()),
+            toml_path(clickhouse_local)?,
+            toml_path(&work)?,
+            toml_path(staging)?,
+        );
+        let local = root.join("chpart-local.toml");
+        fs::write(&local, format!("{common}\n[transport]\nkind = \"local\"\n"))?;
+        let sftp = root.join("chpart-sftp.toml");
+        fs::write(
+            &sftp,
+            format!(
+                "{common}\n[transport]\nkind = \"sftp\"\n\n[ssh]\nhost = \"127.0.0.1\"\nport = {}\n\
+                 user = \"root\"\nidentity_file = {}\nknown_hosts = {}\n",
+                sshd.port,
+                toml_path(&sshd.client_key)?,
+                toml_path(&sshd.known_hosts)?,
+            ),
+        )?;
+        Ok(Configs { local, sftp })
+    }
+}
+
+fn toml_str(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn toml_path(path: &Path) -> anyhow::Result<String> {
+    let text = path
+        .to_str()
+        .with_context(|| format!("{} is not UTF-8", path.display()))?;
+    Ok(toml_str(text))
+}
+
+/// The chpart binary under test.
+struct Chpart {
+    exe: PathBuf,
+}
+
+impl Chpart {
+    /// Finds chpart and checks it has the subcommands the benchmark drives.
+    fn find(explicit: Option<&Path>) -> anyhow::Result<Chpart> {
+        let exe = match explicit {
+            Some(path) => path.to_path_buf(),
+            None => std::env::current_exe()?
+                .parent()
+                .context("this executable has no directory")?
+                .join("chpart"),
+        };
+        if !exe.exists() {
+            bail!(
+                "chpart not found at {}: build it with `cargo build --release` (it lands next to \
+                 chpart-bench), pass --chpart PATH, or run with --raw-only to measure only the \
+                 baselines (raw clickhouse-local, scp, server INSERT)",
+                exe.display()
+            );
+        }
+        let chpart = Chpart { exe };
+        for sub in ["begin", "build"] {
+            let out = chpart
+                .command()
+                .args([sub, "--help"])
+                .output()
+                .with_context(|| format!("run {} {sub} --help", chpart.exe.display()))?;
+            if !out.status.success() {
+                bail!(
+                    "{} has no `{sub}` subcommand yet (`chpart {sub} --help` failed: {}). The \
+                     build benchmark drives `chpart begin` and `chpart build`; rebuild chpart \
+                     once they exist, or run with --raw-only to measure only the baselines \
+                     (raw clickhouse-local, scp, server INSERT).",
+                    chpart.exe.display(),
+                    measure::tail(&out.stderr, 3).trim()
+                );
+            }
+        }
+        Ok(chpart)
+    }
+
+    /// A chpart command with no `CHPART_*` variables from the caller's environment: they
+    /// override config keys, and the benchmark's configs must be what runs.
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.exe);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("CHPART_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd
+    }
+
+    fn begin(&self, config: &Path, load: &str) -> anyhow::Result<()> {
+        let run = measure::run(
+            self.command()
+                .arg("begin")
+                .arg("--config")
+                .arg(config)
+                .args([
+                    "--table",
+                    &format!("{DATABASE}.{TABLE}"),
+                    "--load",
+                    load,
+                    "--json",
+                ]),
+        )?;
+        run.check()
+    }
+
+    fn build(
+        &self,
+        config: &Path,
+        load: &str,
+        attempt: &str,
+        inputs: &[PathBuf],
+        merge: bool,
+    ) -> anyhow::Result<(Measured, ManifestSummary)> {
+        let mut cmd = self.command();
+        cmd.arg("build").arg("--config").arg(config).args([
+            "--load",
+            load,
+            "--partition",
+            "0",
+            "--attempt",
+            attempt,
+        ]);
+        for input in inputs {
+            cmd.arg("--input").arg(input);
+        }
+        if merge {
+            cmd.arg("--merge");
+        }
+        let run = measure::run(&mut cmd)?;
+        run.check()?;
+        let summary = ManifestSummary::parse(&run.stdout_text())
+            .with_context(|| format!("the manifest printed by {}", run.described))?;
+        Ok((run, summary))
+    }
+}
+
+/// What the benchmark reads from an attempt manifest.
+#[derive(Debug, PartialEq, Eq)]
+struct ManifestSummary {
+    parts: usize,
+    rows: u64,
+    bytes_on_disk: u64,
+}
+
+impl ManifestSummary {
+    /// Reads the manifest line `chpart build` prints (the last non-empty line of stdout).
+    fn parse(stdout: &str) -> anyhow::Result<ManifestSummary> {
+        let line = stdout
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .context("chpart build printed no manifest")?;
+        let manifest: serde_json::Value = serde_json::from_str(line).context("not JSON")?;
+        let parts = manifest["parts"].as_array().context("no `parts` array")?;
+        let field = |part: &serde_json::Value, name: &str| {
+            part[name]
+                .as_u64()
+                .with_context(|| format!("a part without a numeric `{name}`"))
+        };
+        let mut summary = ManifestSummary {
+            parts: parts.len(),
+            rows: 0,
+            bytes_on_disk: 0,
+        };
+        for part in parts {
+            summary.rows += field(part, "rows")?;
+            summary.bytes_on_disk += field(part, "bytes_on_disk")?;
+        }
+        Ok(summary)
+    }
+}
+
+/// One round of every variant.
+struct Round<'a> {
+    round: usize,
+    dir: &'a Path,
+    inputs: &'a [PathBuf],
+    server: &'a ClickHouse,
+    sshd: &'a Sshd,
+    clickhouse_local: &'a Path,
+    chpart: Option<&'a Chpart>,
+    configs: &'a Configs,
+    rows: u64,
+}
+
+impl Round<'_> {
+    fn run(&self, options: &BuildOptions, results: &mut Results) -> anyhow::Result<()> {
+        fs::create_dir_all(self.dir)?;
+
+        // (a) raw clickhouse-local; its parts are also the payload of the scp baseline.
+        let cpu = self.server.cpu_seconds();
+        let raw = local::raw_build(
+            self.clickhouse_local,
+            &self.dir.join("raw"),
+            self.inputs,
+            false,
+        )?;
+        self.expect_rows("raw clickhouse-local", raw.rows())?;
+        results.raw_parts = raw.parts.len();
+        results.raw_part_bytes = raw.bytes_on_disk();
+        results.raw_uncompressed = raw.data_uncompressed_bytes();
+        results.add(
+            Variant::Raw,
+            Sample::of(
+                &raw.run,
+                self.server_cpu_since(cpu),
+                Some(raw.bytes_on_disk()),
+            ),
+        );
+
+        if let Some(chpart) = self.chpart {
+            // (b) and (c): the same build, published locally and over SFTP.
+            for (variant, config, load, transport) in [
+                (Variant::Local, &self.configs.local, "bench-local", "local"),
+                (Variant::Sftp, &self.configs.sftp, "bench-sftp", "sftp"),
+            ] {
+                let cpu = self.server.cpu_seconds();
+                let attempt = format!("{transport}-r{}", self.round);
+                let (run, manifest) = chpart.build(config, load, &attempt, self.inputs, false)?;
+                self.expect_rows(variant.label(), manifest.rows)?;
+                results.chpart_parts = Some(manifest.parts);
+                results.add(
+                    variant,
+                    Sample::of(
+                        &run,
+                        self.server_cpu_since(cpu),
+                        Some(manifest.bytes_on_disk),
+                    ),
+                );
+            }
+        }
+
+        // (d) scp -r of raw's part directories into the server's filesystem.
+        let scp = self.scp(&raw.parts)?;
+        results.add(
+            Variant::Scp,
+            Sample::of(&scp, None, Some(raw.bytes_on_disk())),
+        );
+        drop(raw);
+        fs::remove_dir_all(self.dir.join("raw")).ok();
+
+        if options.merge {
+            let cpu = self.server.cpu_seconds();
+            let merged = local::raw_build(
+                self.clickhouse_local,
+                &self.dir.join("raw-merge"),
+                self.inputs,
+                true,
+            )?;
+            self.expect_rows("raw clickhouse-local + OPTIMIZE FINAL", merged.rows())?;
+            results.add(
+                Variant::RawMerge,
+                Sample::of(
+                    &merged.run,
+                    self.server_cpu_since(cpu),
+                    Some(merged.bytes_on_disk()),
+                ),
+            );
+            fs::remove_dir_all(self.dir.join("raw-merge")).ok();
+            if let Some(chpart) = self.chpart {
+                let cpu = self.server.cpu_seconds();
+                let attempt = format!("merge-r{}", self.round);
+                let (run, manifest) = chpart.build(
+                    &self.configs.local,
+                    "bench-merge",
+                    &attempt,
+                    self.inputs,
+                    true,
+                )?;
+                self.expect_rows("chpart build --merge", manifest.rows)?;
+                results.add(
+                    Variant::LocalMerge,
+                    Sample::of(
+                        &run,
+                        self.server_cpu_since(cpu),
+                        Some(manifest.bytes_on_disk),
+                    ),
+                );
+            }
+        }
+
+        if options.server_insert {
+            let cpu = self.server.cpu_seconds();
+            let started = Instant::now();
+            let query = format!("INSERT INTO {DATABASE}.{TABLE}_http FORMAT Parquet");
+            for input in self.inputs {
+                http::post_file(self.server.http_port, &query, input)?;
+            }
+            let secs = started.elapsed().as_secs_f64();
+            let server_cpu = self.server_cpu_since(cpu);
+            let rows = self
+                .server
+                .query(&format!("SELECT count() FROM {DATABASE}.{TABLE}_http"))
+                .map_err(|e| anyhow::anyhow!(e))?;
+            self.expect_rows("server INSERT", rows.trim().parse::<u64>()?)?;
+            self.server
+                .query(&format!("TRUNCATE TABLE {DATABASE}.{TABLE}_http"))
+                .map_err(|e| anyhow::anyhow!(e))?;
+            results.add(
+                Variant::ServerInsert,
+                Sample {
+                    secs,
+                    own_peak_kib: None,
+                    tree_peak_kib: None,
+                    server_cpu_secs: server_cpu,
+                    part_bytes: None,
+                    stderr: Vec::new(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// A benchmark of a wrong result is worthless: every variant must produce every row.
+    fn expect_rows(&self, what: &str, rows: u64) -> anyhow::Result<()> {
+        if rows != self.rows {
+            bail!("{what} produced {rows} rows from an input of {}", self.rows);
+        }
+        Ok(())
+    }
+
+    fn server_cpu_since(&self, before: Option<f64>) -> Option<f64> {
+        Some(self.server.cpu_seconds()? - before?)
+    }
+
+    /// Copies the part directories with OpenSSH's scp into `<server data>/bench-scp/r<round>/`
+    /// on the server's filesystem, then removes the copy. OpenSSH 9 scp speaks SFTP by default,
+    /// the same protocol chpart uses; the key and host key check match chpart's config.
+    fn scp(&self, parts: &[local::PartInfo]) -> anyhow::Result<Measured> {
+        let dest = self
+            .server
+            .data_dir
+            .join("bench-scp")
+            .join(format!("r{}", self.round));
+        fs::create_dir_all(&dest)?;
+        let mut cmd = Command::new("scp");
+        cmd.args(["-q", "-r", "-P", &self.sshd.port.to_string(), "-i"])
+            .arg(&self.sshd.client_key)
+            .args(["-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"])
+            .args([
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "GlobalKnownHostsFile=/dev/null",
+            ])
+            .arg("-o")
+            .arg(format!(
+                "UserKnownHostsFile={}",
+                self.sshd.known_hosts.display()
+            ));
+        for part in parts {
+            cmd.arg(part.path.as_os_str());
+        }
+        cmd.arg(format!("root@127.0.0.1:{}/", dest.display()));
+        let run = measure::run(&mut cmd)?;
+        run.check()?;
+        let copied = dir_bytes(&dest)?;
+        let expected: u64 = parts.iter().map(|p| p.bytes_on_disk).sum();
+        fs::remove_dir_all(&dest).ok();
+        if copied != expected {
+            bail!("scp copied {copied} bytes, the parts have {expected}");
+        }
+        Ok(run)
+    }
+}
+
+/// Bytes of all files under `dir`.
+fn dir_bytes(dir: &Path) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir).with_context(|| format!("list {}", dir.display()))? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        total += if kind.is_dir() {
+            dir_bytes(&entry.path())?
+        } else {
+            entry.metadata()?.len()
+        };
+    }
+    Ok(total)
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+fn kib_mb(kib: Option<u64>) -> String {
+    kib.map_or("-".into(), |k| format!("{:.1}", k as f64 * 1024.0 / 1e6))
+}
+
+/// The report: two tables of best-of-rounds figures, notes on what they mean, and the targets.
+fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
+    let mut out = String::new();
+    let rows = options.rows as f64;
+    let w = &mut out;
+    let _ = writeln!(w);
+    let _ = writeln!(
+        w,
+        "chpart-bench build: {} rows in {} file(s), best of {} round(s); ClickHouse 26.9 (chdb) and OpenSSH on 127.0.0.1",
+        options.rows, options.files, options.repeat
+    );
+    let _ = writeln!(w, "input: {input}");
+    let _ = writeln!(
+        w,
+        "parts (raw build): {} part(s), {:.1} MB on disk, {:.1} B/row uncompressed, {:.1} B/row compressed{}",
+        results.raw_parts,
+        mb(results.raw_part_bytes),
+        results.raw_uncompressed as f64 / rows,
+        results.raw_part_bytes as f64 / rows,
+        results
+            .chpart_parts
+            .map_or(String::new(), |n| format!("; chpart made {n} part(s)")),
+    );
+    let _ = writeln!(w);
+    let raw_secs = results.best(Variant::Raw).map(|s| s.secs);
+    let _ = writeln!(
+        w,
+        "{:<46} {:>8} {:>11} {:>7} {:>10} {:>10} {:>9}",
+        "build: rows -> parts",
+        "secs",
+        "rows/s",
+        "vs (a)",
+        "own RSS MB",
+        "tree RSS MB",
+        "server CPU s"
+    );
+    for variant in [
+        Variant::Raw,
+        Variant::Local,
+        Variant::Sftp,
+        Variant::RawMerge,
+        Variant::LocalMerge,
+        Variant::ServerInsert,
+    ] {
+        let Some(best) = results.best(variant) else {
+            continue;
+        };
+        let ratio = raw_secs.map_or("-".into(), |raw| format!("{:.2}x", raw / best.secs));
+        let _ = writeln!(
+            w,
+            "{:<46} {:>8.2} {:>11.0} {:>7} {:>10} {:>10} {:>9}",
+            variant.label(),
+            best.secs,
+            rows / best.secs,
+            ratio,
+            kib_mb(best.own_peak_kib),
+            kib_mb(best.tree_peak_kib),
+            best.server_cpu_secs
+                .map_or("-".into(), |c| format!("{c:.2}")),
+        );
+    }
+
+    let _ = writeln!(w);
+    let _ = writeln!(
+        w,
+        "{:<46} {:>8} {:>8} {:>8} {:>7}",
+        "upload: part directories -> server", "MB", "secs", "MB/s", "vs scp"
+    );
+    let scp = results.best(Variant::Scp);
+    let scp_rate = scp.and_then(|s| Some(mb(s.part_bytes?) / s.secs));
+    if let Some(scp) = scp {
+        let bytes = scp.part_bytes.unwrap_or(0);
+        let _ = writeln!(
+            w,
+            "{:<46} {:>8.1} {:>8.2} {:>8.1} {:>7}",
+            Variant::Scp.label(),
+            mb(bytes),
+            scp.secs,
+            mb(bytes) / scp.secs,
+            "1.00x"
+        );
+    }
+    let upload = upload_estimate(results);
+    match upload {
+        Some(Estimate::Secs { secs, bytes }) => {
+            let rate = mb(bytes) / secs;
+            let _ = writeln!(
+                w,
+                "{:<46} {:>8.1} {:>8.2} {:>8.1} {:>7}",
+                "(d) chpart SFTP upload, estimated (c) - (b)",
+                mb(bytes),
+                secs,
+                rate,
+                scp_rate.map_or("-".into(), |s| format!("{:.2}x", rate / s)),
+            );
+        }
+        Some(Estimate::WithinNoise) => {
+            let _ = writeln!(
+                w,
+                "{:<46} (c) - (b) <= 0: the upload is lost in the noise of the builds",
+                "(d) chpart SFTP upload, estimated (c) - (b)"
+            );
+        }
+        None => {}
+    }
+    if let Some(sftp) = results.best(Variant::Sftp) {
+        let lines: Vec<String> = String::from_utf8_lossy(&sftp.stderr)
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().contains("upload"))
+            .take(5)
+            .map(str::to_owned)
+            .collect();
+        if !lines.is_empty() {
+            let _ = writeln!(
+                w,
+                "chpart's own log lines about the upload (best SFTP round):"
+            );
+            for line in lines {
+                let _ = writeln!(w, "    {line}");
+            }
+        }
+    }
+
+    let _ = writeln!(w);
+    let _ = writeln!(
+        w,
+        "notes: secs = wall time of the whole command (clickhouse-local's ~0.5 s start-up included); \
+         own RSS = the process's own peak (VmHWM sampled every {} ms, children excluded); tree RSS = \
+         wait4's ru_maxrss, the largest of the process and its descendants (clickhouse-local's engine); \
+         server CPU = the server process's utime+stime during the variant; (d) chpart's CLI does not \
+         report its upload time, so it is estimated as the difference of the SFTP and local builds.",
+        measure::POLL.as_millis()
+    );
+
+    let _ = writeln!(w);
+    let _ = writeln!(w, "targets:");
+    let verdict = |ok: bool| if ok { "PASS" } else { "MISS" };
+    match (raw_secs, results.best(Variant::Local)) {
+        (Some(raw), Some(local)) => {
+            let ratio = raw / local.secs;
+            let _ = writeln!(
+                w,
+                "  build >= {BUILD_TARGET}x raw clickhouse-local: (b) is {ratio:.2}x  {}",
+                verdict(ratio >= BUILD_TARGET)
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                w,
+                "  build >= {BUILD_TARGET}x raw clickhouse-local: not measured (--raw-only)"
+            );
+        }
+    }
+    match (upload, scp_rate) {
+        (Some(Estimate::Secs { secs, bytes }), Some(scp_rate)) => {
+            let ratio = mb(bytes) / secs / scp_rate;
+            let _ = writeln!(
+                w,
+                "  upload >= {UPLOAD_TARGET}x scp: {ratio:.2}x (estimate, see notes)  {}",
+                verdict(ratio >= UPLOAD_TARGET)
+            );
+        }
+        (Some(Estimate::WithinNoise), _) => {
+            let _ = writeln!(
+                w,
+                "  upload >= {UPLOAD_TARGET}x scp: the SFTP build was not slower than the local one; \
+                 no estimate (rerun with --repeat 3)"
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                w,
+                "  upload >= {UPLOAD_TARGET}x scp: not measured (--raw-only)"
+            );
+        }
+    }
+    let chpart_peak = [Variant::Local, Variant::Sftp, Variant::LocalMerge]
+        .iter()
+        .flat_map(|v| results.samples.get(v).into_iter().flatten())
+        .filter_map(|s| s.own_peak_kib)
+        .max();
+    match chpart_peak {
+        Some(kib) => {
+            let peak_mb = kib as f64 * 1024.0 / 1e6;
+            let _ = writeln!(
+                w,
+                "  chpart's own peak RSS <= {RSS_TARGET_MB} MB: {peak_mb:.1} MB (highest of all rounds)  {}",
+                verdict(peak_mb <= RSS_TARGET_MB)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                w,
+                "  chpart's own peak RSS <= {RSS_TARGET_MB} MB: not measured (--raw-only)"
+            );
+        }
+    }
+    out
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Estimate {
+    Secs { secs: f64, bytes: u64 },
+    WithinNoise,
+}
+
+/// chpart's upload time as (c) - (b), with the bytes of the SFTP build's parts.
+fn upload_estimate(results: &Results) -> Option<Estimate> {
+    let (local, sftp) = (results.best(Variant::Local)?, results.best(Variant::Sftp)?);
+    let secs = sftp.secs - local.secs;
+    if secs <= 0.0 {
+        return Some(Estimate::WithinNoise);
+    }
+    Some(Estimate::Secs {
+        secs,
+        bytes: sftp.part_bytes?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_manifest_summary_adds_up_the_parts() {
+        let manifest = fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fixtures/manifests/valid/multi_partition.json"),
+        )
+        .unwrap();
+        let value: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+        let line = format!(
+            "log line on stdout\n{}\n\n",
+            serde_json::to_string(&value).unwrap()
+        );
+        let summary = ManifestSummary::parse(&line).unwrap();
+        let parts = value["parts"].as_array().unwrap();
+        assert_eq!(summary.parts, parts.len());
+        assert_eq!(
+            summary.rows,
+            parts
+                .iter()
+                .map(|p| p["rows"].as_u64().unwrap())
+                .sum::<u64>()
+        );
+        assert!(ManifestSummary::parse("").is_err());
+        assert!(ManifestSummary::parse("{\"parts\": [{\"rows\": 1}]}").is_err());
+    }
+
+    fn sample(secs: f64, bytes: Option<u64>) -> Sample {
+        Sample {
+            secs,
+            own_peak_kib: Some(40_000),
+            tree_peak_kib: Some(400_000),
+            server_cpu_secs: Some(0.01),
+            part_bytes: bytes,
+            stderr: b"INFO uploaded 10 parts in 1.2 s\n".to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_report_compares_best_rounds_against_the_targets() {
+        let mut results = Results {
+            raw_parts: 10,
+            raw_part_bytes: 300_000_000,
+            raw_uncompressed: 900_000_000,
+            chpart_parts: Some(10),
+            ..Results::default()
+        };
+        results.add(Variant::Raw, sample(10.0, Some(300_000_000)));
+        results.add(Variant::Raw, sample(9.0, Some(300_000_000)));
+        results.add(Variant::Local, sample(10.0, Some(300_000_000)));
+        results.add(Variant::Sftp, sample(12.0, Some(300_000_000)));
+        results.add(Variant::Scp, sample(1.5, Some(300_000_000)));
+        let options = BuildOptions {
+            rows: 10_000_000,
+            files: 1,
+            seed: 1,
+            hour_start_secs: 0,
+            repeat: 2,
+            merge: false,
+            server_insert: false,
+            raw_only: false,
+            keep: false,
+            chpart: None,
+            work_dir: None,
+        };
+        let text = report(&options, "generated ...", &results);
+        // Best raw round is 9 s: (b) is 0.9x; the upload estimate is 2 s vs scp's 1.5 s.
+        assert!(text.contains("(b) is 0.90x  PASS"), "{text}");
+        assert!(
+            text.contains("upload >= 0.9x scp: 0.75x (estimate, see notes)  MISS"),
+            "{text}"
+        );
+        assert!(
+            text.contains("41.0 MB (highest of all rounds)  PASS"),
+            "{text}"
+        );
+        assert!(text.contains("INFO uploaded 10 parts in 1.2 s"), "{text}");
+        assert_eq!(
+            upload_estimate(&results),
+            Some(Estimate::Secs {
+                secs: 2.0,
+                bytes: 300_000_000
+            })
+        );
+
+        results.add(Variant::Sftp, sample(9.5, Some(300_000_000)));
+        assert_eq!(upload_estimate(&results), Some(Estimate::WithinNoise));
+    }
+}

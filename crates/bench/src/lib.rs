@@ -1,0 +1,23 @@
+//! chpart's benchmarks: what it costs to turn a batch task's rows into parts on the server,
+//! compared with the tools a user would otherwise reach for.
+//!
+//! - [`events`] and [`gen`]: a deterministic, realistic hourly events table (the shapes and
+//!   value distributions of a real one: low-cardinality keys, URLs, maps, arrays, mostly-NULL
+//!   columns) written as Parquet, the input a Spark task hands chpart; [`rng`] is the
+//!   generator's own stable random stream.
+//! - [`local`]: the raw clickhouse-local build of the same table, the baseline.
+//! - [`build`]: the executor-side benchmark (raw clickhouse-local vs `chpart build` over the
+//!   local and SFTP transports, scp as the upload baseline), with [`measure`] for wall time
+//!   and a process's own peak memory, and [`http`] for the server-side INSERT reference.
+//!
+//! Figures are printed side by side from one run and compared as ratios: the machines this
+//! runs on are shared, so absolute timings vary and nothing here asserts one.
+
+pub mod build;
+pub mod events;
+pub mod gen;
+pub mod http;
+pub mod interrupt;
+pub mod local;
+pub mod measure;
+pub mod rng;
