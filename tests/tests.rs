@@ -4,5 +4,6 @@
 
 mod build;
 mod cli;
+mod commit;
 mod launcher;
 mod smoke;

@@ -41,6 +41,48 @@ pub enum Command {
     /// go to stderr.
     #[command(after_help = exit::HELP)]
     Build(BuildArgs),
+    /// Attach exactly the winning attempts' parts (once, on the driver, after the job). The
+    /// winners are the manifests the tasks printed and Spark's collect() returned, one per
+    /// partition. Resumable: re-run it after any failure or crash; a committed load is a no-op.
+    /// Exits 0 only when the load is committed.
+    #[command(after_help = exit::HELP)]
+    Commit(CommitArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum VerifyArg {
+    /// Every file present with its manifest size (metadata only).
+    Sizes,
+    /// Every file's sha256 recomputed on the host (reads all bytes back).
+    Full,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CommitArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The load id given to `chpart begin`.
+    #[arg(long, value_name = "LOAD_ID")]
+    pub load: String,
+    /// The winning manifests as JSON lines (a file, or - for stdin).
+    #[arg(long, value_name = "FILE|-")]
+    pub winners: PathBuf,
+    /// Must equal the load's visibility (chosen at `begin`); a safety check for scripts.
+    #[arg(long, value_enum)]
+    pub visibility: Option<VisibilityArg>,
+    /// How parts are compared with their manifests before anything becomes visible.
+    #[arg(long, value_enum, default_value = "sizes")]
+    pub verify: VerifyArg,
+    /// The job's number of partitions: 0..N must each have a winner (else a gap in the
+    /// partition numbers seen counts as missing).
+    #[arg(long, value_name = "N")]
+    pub partitions: Option<u32>,
+    /// Commit even if some partitions have no winner.
+    #[arg(long)]
+    pub allow_missing_partitions: bool,
+    /// Print the committed load's summary as one JSON line on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -64,6 +106,15 @@ pub enum VisibilityArg {
     Partition,
     /// Each part appears as it is attached; the load as a whole is not atomic.
     Part,
+}
+
+impl From<VisibilityArg> for Visibility {
+    fn from(v: VisibilityArg) -> Visibility {
+        match v {
+            VisibilityArg::Partition => Visibility::Partition,
+            VisibilityArg::Part => Visibility::Part,
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -125,6 +176,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Begin(args) => run_begin(args),
         Command::Build(args) => crate::build::run_build(args),
+        Command::Commit(args) => crate::driver::run_commit(args),
     }
 }
 
@@ -166,10 +218,7 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
             ModeArg::Append => Mode::Append,
             ModeArg::Replace => Mode::Replace,
         },
-        visibility: match args.visibility {
-            VisibilityArg::Partition => Visibility::Partition,
-            VisibilityArg::Part => Visibility::Part,
-        },
+        visibility: args.visibility.into(),
         host: config.clickhouse.host_name.clone(),
     };
     let ledger = Ledger::new(server_of(&config), &config.ledger_database);

@@ -3,6 +3,7 @@
 
 mod args;
 mod build;
+mod driver;
 mod exit;
 
 use std::process::ExitCode;

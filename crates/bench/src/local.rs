@@ -193,8 +193,10 @@ mod tests {
         .unwrap();
         assert_eq!(build.rows(), 10_000);
         let per_row = build.data_uncompressed_bytes() as f64 / 10_000.0;
+        // About 119 in 26.9's accounting (see the events module); a change of distributions or
+        // engine that moves it far is worth a look.
         assert!(
-            (70.0..=100.0).contains(&per_row),
+            (100.0..=135.0).contains(&per_row),
             "{per_row:.1} uncompressed bytes per row"
         );
 

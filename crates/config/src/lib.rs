@@ -21,7 +21,12 @@ use serde::Deserialize;
 pub const DEFAULT_PASSWORD_ENV: &str = "CHPART_CLICKHOUSE_PASSWORD";
 
 /// Environment variables with the `CHPART_` prefix that are not config overrides.
-const RESERVED_ENV: &[&str] = &["CHPART_CONFIG", "CHPART_LOG", DEFAULT_PASSWORD_ENV];
+const RESERVED_ENV: &[&str] = &[
+    "CHPART_CONFIG",
+    "CHPART_LOG",
+    "CHPART_TEST_CRASH_AT",
+    DEFAULT_PASSWORD_ENV,
+];
 
 /// A configuration problem; the message names the file, key or environment variable.
 #[derive(Debug, thiserror::Error)]

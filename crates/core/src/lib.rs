@@ -13,10 +13,13 @@
 //! - [`staging`]: remote POSIX paths and the attempt-scoped staging layout.
 //! - [`fingerprint`]: a digest of a table's shape, to refuse parts built for another schema.
 //! - [`manifest`]: the versioned JSON an attempt writes last, and its validation.
+//! - [`commit`]: the driver's decisions: which manifests win, the commit plan, and what a
+//!   (re-)started commit does next from the ledger and fresh observations.
 
 #![deny(missing_docs)]
 
 mod canon;
+pub mod commit;
 pub mod fingerprint;
 pub mod ids;
 pub mod manifest;
@@ -25,6 +28,12 @@ pub mod staging;
 #[cfg(test)]
 mod testutil;
 
+pub use commit::{
+    commit_phase, decide_part, decide_partition, plan_matches, reconcile_rows, validate_winners,
+    CommitEntry, CommitPhase, CommitPlan, CommitProgress, EntryIdError, Expected, Mode, PartFacts,
+    PartLost, PartStep, PartitionBroken, PartitionFacts, PartitionStep, PlanConflict, PlanError,
+    PlannedPart, PlannedPartition, RowMismatch, Visibility, Winners, WinnersError,
+};
 pub use fingerprint::{ColumnShape, FingerprintError, TableFingerprint, TableShape};
 pub use ids::{
     Attempt, AttemptId, DatabaseName, IdError, LoadId, PartitionId, TableName, TableRef,

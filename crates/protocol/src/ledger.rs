@@ -22,43 +22,7 @@ use crate::snapshot::TableSnapshot;
 /// The ledger table's name inside the ledger database.
 pub const LEDGER_TABLE: &str = "ledger";
 
-/// How a load's rows relate to what the target already holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Add the load's rows to the target.
-    Append,
-    /// Replace each partition the load touches, atomically for readers (historical reloads).
-    Replace,
-}
-
-/// When the load's rows become visible to readers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Visibility {
-    /// Each partition of the load appears at once (parts go through a shadow table).
-    Partition,
-    /// Each part appears when it is attached; the load as a whole is not atomic.
-    Part,
-}
-
-impl std::fmt::Display for Mode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Mode::Append => "append",
-            Mode::Replace => "replace",
-        })
-    }
-}
-
-impl std::fmt::Display for Visibility {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Visibility::Partition => "partition",
-            Visibility::Part => "part",
-        })
-    }
-}
+pub use chpart_core::commit::{Mode, Visibility};
 
 /// What `begin` records: everything an executor needs to build parts for this load.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,6 +84,16 @@ pub mod kind {
     pub const LOAD_COMMITTED: &str = "load_committed";
     /// The load is aborted; body: the reason.
     pub const LOAD_ABORTED: &str = "load_aborted";
+    /// `commit` recorded its plan; body: `chpart_core::commit::CommitPlan`.
+    pub const COMMIT_PLANNED: &str = "commit_planned";
+    /// `commit` is about to ATTACH a part.
+    pub const ATTACH_INTENT: &str = "attach_intent";
+    /// A part is attached.
+    pub const PART_ATTACHED: &str = "part_attached";
+    /// `commit` is about to MOVE or REPLACE a partition into the target.
+    pub const PUBLISH_INTENT: &str = "publish_intent";
+    /// A partition is in the target.
+    pub const PARTITION_PUBLISHED: &str = "partition_published";
 }
 
 /// A load's state, derived from its entries.

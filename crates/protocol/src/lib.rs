@@ -18,7 +18,9 @@
 
 pub mod begin;
 pub mod build;
+pub mod commit;
 pub mod ledger;
+pub mod observe;
 pub mod snapshot;
 pub mod store;
 
@@ -35,7 +37,7 @@ pub enum FailureKind {
     Fenced,
 }
 
-fn server_failure(e: &chpart_server::ServerError) -> FailureKind {
+pub(crate) fn server_failure(e: &chpart_server::ServerError) -> FailureKind {
     match e.class(true) {
         chpart_server::ErrorClass::Transient => FailureKind::Retryable,
         _ => FailureKind::Permanent,
@@ -64,4 +66,10 @@ impl begin::BeginError {
 
 /// Ledger entry kinds written by steps beyond `begin` (commit plans and outcomes); replay keeps
 /// them for those steps instead of refusing them as unknown.
-pub const KNOWN_KINDS: &[&str] = &[];
+pub const KNOWN_KINDS: &[&str] = &[
+    ledger::kind::COMMIT_PLANNED,
+    ledger::kind::ATTACH_INTENT,
+    ledger::kind::PART_ATTACHED,
+    ledger::kind::PUBLISH_INTENT,
+    ledger::kind::PARTITION_PUBLISHED,
+];

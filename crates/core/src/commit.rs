@@ -1,0 +1,1429 @@
+//! Commit: from the manifests Spark's `collect()` returned to parts visible in the target,
+//! exactly once, however often the commit is killed and re-run.
+//!
+//! Every attempt of every task publishes its parts into the publish table's `detached/` under
+//! names no other attempt uses, so `detached/` holds the winners' parts *and* the losers'. The
+//! driver attaches only the winners' parts, by exact name, and records each step in the ledger
+//! (append-only; the first entry of each id counts). Everything here is a pure decision: the
+//! caller observes the server and the ledger, asks one of these functions what to do, does it,
+//! and observes again. Nothing is decided from memory of what a previous request "probably" did.
+//!
+//! ```text
+//!  collect() ──► validate_winners ──► Winners ──► CommitPlan::from_winners
+//!                                                      │  (re-run: plan_matches(recorded, new))
+//!  ledger "plan" (body: the plan) ◄────────────────────┘
+//!     │
+//!     │  AttachParts: for each planned part, in plan order          decide_part
+//!     ├─► ledger "attach:<part>" ─► ATTACH PART '<part>' ─► observe ─► ledger "attached:<part>"
+//!     │        (intent)             (claims detached/<part> by renaming it to attaching_<part>)
+//!     │
+//!     │  reconcile_rows: rows attached per ClickHouse partition == rows planned
+//!     │
+//!     │  PublishPartitions (partition visibility only): for each      decide_partition
+//!     │  ClickHouse partition of the plan, from the shadow (= publish table) into the target
+//!     ├─► ledger "publish:<id>" ─► MOVE PARTITION | REPLACE PARTITION ─► observe ─► ledger "published:<id>"
+//!     │
+//!     │  MarkCommitted
+//!     └─► ledger "commit"  ─►  Done: a re-run changes nothing
+//! ```
+//!
+//! [`commit_phase`] tells a (re-)started commit where it is from the ledger alone; within a
+//! phase, [`decide_part`] and [`decide_partition`] decide each step from fresh observations.
+//!
+//! Why each decision is safe:
+//!
+//! - **Winners** ([`validate_winners`]): only manifests of this load, for the publish table, its
+//!   table definition (fingerprint), data path, host and this attempt's staging directory are
+//!   accepted, exactly one per Spark partition, every partition present. `collect()` returns
+//!   the first successful attempt of each partition, so anything else (two winners, a missing
+//!   partition, a manifest pointing at another table) means the caller passed the wrong set,
+//!   and attaching it would duplicate or lose rows. Every problem is reported at once.
+//! - **Plan**: written to the ledger before anything is attached. A re-run computes the plan
+//!   again from the winners it was given and must get the same one ([`plan_matches`]): a
+//!   commit never mixes two sets of winners.
+//! - **Attach** ([`decide_part`]): ATTACH PART first renames `detached/<part>` to
+//!   `detached/attaching_<part>`, and a rename succeeds once, so one part is attached at most
+//!   once however many commits race. Nothing but a successful ATTACH removes a planned part
+//!   of an open load from `detached/` (gc keeps them, executors never touch a published
+//!   part), so "gone without an `attaching_` leftover, and an intent or an active part with
+//!   its hash" means attached. The intent alone suffices because a merge or a MOVE can change
+//!   or move the attached part; the hash alone suffices for a part attached by a commit whose
+//!   intent entry is missing. An `attaching_` leftover means an ATTACH is in flight (or a
+//!   server died in one): the commit waits and observes again, never touching it. After a
+//!   timeout the commit never re-sends ATTACH blindly: it observes and decides again.
+//! - **Publish** ([`decide_partition`]): MOVE PARTITION is atomic for readers and a second
+//!   MOVE of a moved partition moves nothing (the shadow keeps only an empty covering part),
+//!   so with all of a partition's parts attached, the shadow holds either all planned rows
+//!   (not moved yet: move) or none (moved: record it); anything in between is unexplained and
+//!   stops the commit. REPLACE PARTITION is not crash-atomic upstream but is idempotent (it
+//!   copies from the shadow, which keeps its parts), so any state other than "target
+//!   partition's parts are exactly the shadow's" is repaired by running it again.
+//! - **Commit**: written last; once it is in the ledger every re-run is a no-op.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::fingerprint::TableFingerprint;
+use crate::ids::{escape, AttemptId, LoadId, PartitionId, TableRef};
+use crate::manifest::Manifest;
+use crate::names::PartName;
+use crate::staging::{RemotePath, StagingLayout};
+
+#[cfg(test)]
+mod tests;
+
+// ---------------------------------------------------------------------------------------------
+// Load settings
+// ---------------------------------------------------------------------------------------------
+
+/// How a load's rows relate to what the target already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Add the load's rows to the target.
+    Append,
+    /// Replace each partition the load touches, atomically for readers (historical reloads).
+    Replace,
+}
+
+/// When the load's rows become visible to readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Visibility {
+    /// Each partition of the load appears at once (parts are attached into a shadow table,
+    /// then each partition is moved or replaced into the target).
+    Partition,
+    /// Each part appears when it is attached into the target; the load as a whole is not
+    /// atomic.
+    Part,
+}
+
+impl Mode {
+    /// `append` or `replace`, as in config and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Append => "append",
+            Mode::Replace => "replace",
+        }
+    }
+}
+
+impl Visibility {
+    /// `partition` or `part`, as in config and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Visibility::Partition => "partition",
+            Visibility::Part => "part",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Visibility {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Winners
+// ---------------------------------------------------------------------------------------------
+
+/// What every winning manifest must say, taken from the load's spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expected {
+    /// The table whose `detached/` the parts were published into (a shadow table for partition
+    /// visibility, the target for part visibility).
+    pub publish: TableRef,
+    /// The publish table's fingerprint.
+    pub fingerprint: TableFingerprint,
+    /// The publish table's data path.
+    pub data_path: RemotePath,
+    /// The configured staging layout.
+    pub staging: StagingLayout,
+    /// The host parts are published on.
+    pub host: String,
+}
+
+/// Which input line a problem is about. For a line that could not be read as a manifest,
+/// `partition` and `attempt` come from the raw JSON as far as it tells them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineOrigin {
+    /// The line number the caller gave.
+    pub line: usize,
+    /// The Spark partition, if known.
+    pub partition: Option<u32>,
+    /// The attempt id (escaped), or `?`.
+    pub attempt: String,
+}
+
+impl fmt::Display for LineOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {} (partition ", self.line)?;
+        match self.partition {
+            Some(p) => write!(f, "{p}")?,
+            None => f.write_str("?")?,
+        }
+        write!(f, ", attempt {})", self.attempt)
+    }
+}
+
+/// The parts of a manifest, for messages: all names up to three, then a count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartList(pub Vec<PartName>);
+
+impl PartList {
+    fn of(m: &Manifest) -> PartList {
+        PartList(m.parts.iter().map(|p| p.name.clone()).collect())
+    }
+}
+
+impl fmt::Display for PartList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 3;
+        match self.0.len() {
+            0 => return f.write_str("no parts"),
+            1 => f.write_str("part ")?,
+            _ => f.write_str("parts ")?,
+        }
+        for (i, name) in self.0.iter().take(SHOWN).enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{name}")?;
+        }
+        if self.0.len() > SHOWN {
+            write!(f, " and {} more", self.0.len() - SHOWN)?;
+        }
+        Ok(())
+    }
+}
+
+/// One reason the given winners cannot be committed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WinnerProblem {
+    /// The line is not a valid manifest.
+    #[error("{origin}: {message}")]
+    Invalid {
+        /// The line.
+        origin: LineOrigin,
+        /// The manifest reader's message.
+        message: String,
+    },
+    /// A manifest of another load.
+    #[error("{origin}: manifest of load {found}, not of this load; its {parts} must not be attached by this load")]
+    OtherLoad {
+        /// The line.
+        origin: LineOrigin,
+        /// The manifest's load.
+        found: LoadId,
+        /// Its parts.
+        parts: PartList,
+    },
+    /// The manifest says its parts are in another table than the publish table.
+    #[error("{origin}: its {parts} were published into {found}, but this load publishes into {expected}; refusing a manifest that points at another table")]
+    WrongTable {
+        /// The line.
+        origin: LineOrigin,
+        /// The manifest's `database.table`.
+        found: String,
+        /// The publish table.
+        expected: TableRef,
+        /// Its parts.
+        parts: PartList,
+    },
+    /// The parts were built for another table definition.
+    #[error("{origin}: its {parts} were built for table fingerprint {found}, but the publish table's is {expected} (built for another table definition)")]
+    Fingerprint {
+        /// The line.
+        origin: LineOrigin,
+        /// The manifest's fingerprint.
+        found: TableFingerprint,
+        /// The publish table's.
+        expected: TableFingerprint,
+        /// Its parts.
+        parts: PartList,
+    },
+    /// The parts are under another data path.
+    #[error("{origin}: its {parts} were published under data path {found}, but the publish table's is {expected}")]
+    DataPath {
+        /// The line.
+        origin: LineOrigin,
+        /// The manifest's data path.
+        found: RemotePath,
+        /// The publish table's.
+        expected: RemotePath,
+        /// Its parts.
+        parts: PartList,
+    },
+    /// The parts are on another host.
+    #[error("{origin}: its {parts} were published on host {found}, but this load publishes on {expected}")]
+    Host {
+        /// The line.
+        origin: LineOrigin,
+        /// The manifest's host (escaped).
+        found: String,
+        /// The configured host (escaped).
+        expected: String,
+        /// Its parts.
+        parts: PartList,
+    },
+    /// The staging directory is not this attempt's under the configured root.
+    #[error("{origin}: staging_dir {found} is not {expected}, this attempt's directory under the configured staging root; its {parts} are not this load's")]
+    StagingDir {
+        /// The line.
+        origin: LineOrigin,
+        /// The manifest's staging directory.
+        found: RemotePath,
+        /// This attempt's staging directory.
+        expected: RemotePath,
+        /// Its parts.
+        parts: PartList,
+    },
+    /// A part without rows (chpart never publishes one; a plan partition must have rows).
+    #[error("{origin}: part {part} has 0 rows; chpart never publishes an empty part")]
+    EmptyPart {
+        /// The line.
+        origin: LineOrigin,
+        /// The part.
+        part: PartName,
+    },
+    /// A Spark partition outside `0..expected_partitions`.
+    #[error("{origin}: partition {partition} is outside 0..{expected} (the job has {expected} partitions)", partition = .origin.partition.unwrap_or_default())]
+    UnexpectedPartition {
+        /// The line.
+        origin: LineOrigin,
+        /// `expected_partitions`.
+        expected: u32,
+    },
+    /// Two manifests for one Spark partition.
+    #[error("partition {partition} has two winners: attempt {first} (line {first_line}) and attempt {second} (line {second_line}); collect() returns one per partition — pass exactly what it returned")]
+    TwoWinners {
+        /// The Spark partition.
+        partition: u32,
+        /// The attempt given first.
+        first: AttemptId,
+        /// Its line.
+        first_line: usize,
+        /// The attempt given second.
+        second: AttemptId,
+        /// Its line.
+        second_line: usize,
+    },
+    /// One attempt given as the winner of two partitions.
+    #[error("attempt {attempt} is given as the winner of two partitions: partition {first} (line {first_line}) and partition {second} (line {second_line}); an attempt runs one task — pass exactly what collect() returned")]
+    AttemptTwice {
+        /// The attempt.
+        attempt: AttemptId,
+        /// The partition given first.
+        first: u32,
+        /// Its line.
+        first_line: usize,
+        /// The partition given second.
+        second: u32,
+        /// Its line.
+        second_line: usize,
+    },
+    /// One part name in two manifests.
+    #[error("part {part} is listed by two manifests: partition {first} attempt {first_attempt} (line {first_line}) and partition {second} attempt {second_attempt} (line {second_line}); it would be attached once and its rows counted twice")]
+    DuplicatePart {
+        /// The part.
+        part: PartName,
+        /// The first manifest's partition.
+        first: u32,
+        /// Its attempt.
+        first_attempt: AttemptId,
+        /// Its line.
+        first_line: usize,
+        /// The second manifest's partition.
+        second: u32,
+        /// Its attempt.
+        second_attempt: AttemptId,
+        /// Its line.
+        second_line: usize,
+    },
+    /// A Spark partition without a winner.
+    #[error("partition {partition} has no winner ({expected}); its rows would be lost — pass every manifest collect() returned, or allow missing partitions")]
+    Missing {
+        /// The Spark partition.
+        partition: u32,
+        /// Why it is expected, for the message.
+        expected: String,
+    },
+    /// No winners at all and no partition count to say that is right.
+    #[error("no winners were given; if the job really had no partitions, say expected_partitions = 0, or allow missing partitions")]
+    NoWinners,
+}
+
+/// The winners cannot be committed; lists every problem found, one per line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("refusing the winners of load {load}: {}", list(.problems, "problem"))]
+pub struct WinnersError {
+    /// The load.
+    pub load: LoadId,
+    /// Every problem, in line order, then cross-manifest problems, then missing partitions.
+    pub problems: Vec<WinnerProblem>,
+}
+
+/// `<n> <noun>(s)`, then each item on its own line.
+fn list<T: fmt::Display>(items: &[T], noun: &str) -> String {
+    let mut out = format!(
+        "{} {noun}{}",
+        items.len(),
+        if items.len() == 1 { "" } else { "s" }
+    );
+    for item in items {
+        out.push_str("\n  - ");
+        out.push_str(&item.to_string());
+    }
+    out
+}
+
+/// The winning manifests of a load, one per Spark partition, checked by [`validate_winners`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Winners {
+    load: LoadId,
+    manifests: BTreeMap<u32, Manifest>,
+}
+
+impl Winners {
+    /// The load.
+    pub fn load(&self) -> &LoadId {
+        &self.load
+    }
+
+    /// The manifests by Spark partition.
+    pub fn manifests(&self) -> &BTreeMap<u32, Manifest> {
+        &self.manifests
+    }
+}
+
+/// Reads the partition and attempt of a line that is not a valid manifest, for its message.
+fn peek_origin(line: usize, text: &str) -> LineOrigin {
+    let raw: Option<Value> = serde_json::from_str(text).ok();
+    let attempt = raw.as_ref().and_then(|v| v.get("attempt"));
+    LineOrigin {
+        line,
+        partition: attempt
+            .and_then(|a| a.get("partition"))
+            .and_then(Value::as_u64)
+            .and_then(|p| u32::try_from(p).ok()),
+        attempt: attempt
+            .and_then(|a| a.get("id"))
+            .and_then(Value::as_str)
+            .map_or_else(|| "?".to_string(), escape),
+    }
+}
+
+/// The problems of one manifest taken on its own.
+fn check_manifest(
+    load: &LoadId,
+    expected: &Expected,
+    origin: &LineOrigin,
+    m: &Manifest,
+) -> Vec<WinnerProblem> {
+    let mut out = Vec::new();
+    let origin = || origin.clone();
+    let parts = || PartList::of(m);
+    if &m.load != load {
+        out.push(WinnerProblem::OtherLoad {
+            origin: origin(),
+            found: m.load.clone(),
+            parts: parts(),
+        });
+    }
+    if m.target.database != expected.publish.database || m.target.table != expected.publish.table {
+        out.push(WinnerProblem::WrongTable {
+            origin: origin(),
+            found: format!("{}.{}", m.target.database, m.target.table),
+            expected: expected.publish.clone(),
+            parts: parts(),
+        });
+    }
+    if m.table_fingerprint != expected.fingerprint {
+        out.push(WinnerProblem::Fingerprint {
+            origin: origin(),
+            found: m.table_fingerprint.clone(),
+            expected: expected.fingerprint.clone(),
+            parts: parts(),
+        });
+    }
+    if m.target.data_path != expected.data_path {
+        out.push(WinnerProblem::DataPath {
+            origin: origin(),
+            found: m.target.data_path.clone(),
+            expected: expected.data_path.clone(),
+            parts: parts(),
+        });
+    }
+    if m.target.host != expected.host {
+        out.push(WinnerProblem::Host {
+            origin: origin(),
+            found: escape(&m.target.host),
+            expected: escape(&expected.host),
+            parts: parts(),
+        });
+    }
+    let staging = expected.staging.attempt(load, &m.attempt.id);
+    if &m.target.staging_dir != staging.dir() {
+        out.push(WinnerProblem::StagingDir {
+            origin: origin(),
+            found: m.target.staging_dir.clone(),
+            expected: staging.dir().clone(),
+            parts: parts(),
+        });
+    }
+    for p in m.parts.iter().filter(|p| p.rows == 0) {
+        out.push(WinnerProblem::EmptyPart {
+            origin: origin(),
+            part: p.name.clone(),
+        });
+    }
+    out
+}
+
+/// Checks the winning manifests of `load`: `winners` are (line number, JSON text) pairs, exactly
+/// the lines the tasks printed and `collect()` returned. With `expected_partitions = Some(n)`
+/// the Spark partitions must be exactly `0..n`; with `None`, every partition up to the highest
+/// given must be present. `allow_missing` accepts absent partitions (never extra or duplicate
+/// ones). A manifest with no parts is valid: its partition had no rows.
+pub fn validate_winners<S: AsRef<str>>(
+    load: &LoadId,
+    expected: &Expected,
+    winners: &[(usize, S)],
+    expected_partitions: Option<u32>,
+    allow_missing: bool,
+) -> Result<Winners, WinnersError> {
+    let mut problems = Vec::new();
+    let mut read: Vec<(usize, Manifest)> = Vec::new();
+    for (line, text) in winners {
+        let (line, text) = (*line, text.as_ref());
+        match Manifest::from_json(text) {
+            Err(e) => problems.push(WinnerProblem::Invalid {
+                origin: peek_origin(line, text),
+                message: e.to_string(),
+            }),
+            Ok(m) => {
+                let origin = LineOrigin {
+                    line,
+                    partition: Some(m.attempt.partition),
+                    attempt: m.attempt.id.to_string(),
+                };
+                problems.extend(check_manifest(load, expected, &origin, &m));
+                if let Some(n) = expected_partitions.filter(|&n| m.attempt.partition >= n) {
+                    problems.push(WinnerProblem::UnexpectedPartition {
+                        origin,
+                        expected: n,
+                    });
+                }
+                read.push((line, m));
+            }
+        }
+    }
+
+    let mut by_partition: BTreeMap<u32, (usize, &Manifest)> = BTreeMap::new();
+    let mut by_attempt: HashMap<&AttemptId, (usize, u32)> = HashMap::new();
+    let mut by_part: HashMap<&PartName, (usize, &Manifest)> = HashMap::new();
+    for (line, m) in &read {
+        let (line, partition, attempt) = (*line, m.attempt.partition, &m.attempt.id);
+        match by_partition.get(&partition) {
+            Some(&(first_line, first)) => problems.push(WinnerProblem::TwoWinners {
+                partition,
+                first: first.attempt.id.clone(),
+                first_line,
+                second: attempt.clone(),
+                second_line: line,
+            }),
+            None => {
+                by_partition.insert(partition, (line, m));
+            }
+        }
+        match by_attempt.get(attempt) {
+            Some(&(first_line, first)) if first != partition => {
+                problems.push(WinnerProblem::AttemptTwice {
+                    attempt: attempt.clone(),
+                    first,
+                    first_line,
+                    second: partition,
+                    second_line: line,
+                });
+            }
+            Some(_) => {}
+            None => {
+                by_attempt.insert(attempt, (line, partition));
+            }
+        }
+        for p in &m.parts {
+            match by_part.get(&p.name) {
+                Some(&(first_line, first)) => problems.push(WinnerProblem::DuplicatePart {
+                    part: p.name.clone(),
+                    first: first.attempt.partition,
+                    first_attempt: first.attempt.id.clone(),
+                    first_line,
+                    second: partition,
+                    second_attempt: attempt.clone(),
+                    second_line: line,
+                }),
+                None => {
+                    by_part.insert(&p.name, (line, m));
+                }
+            }
+        }
+    }
+
+    if !allow_missing {
+        match expected_partitions {
+            Some(n) => {
+                for partition in (0..n).filter(|p| !by_partition.contains_key(p)) {
+                    problems.push(WinnerProblem::Missing {
+                        partition,
+                        expected: format!("the job has partitions 0..{n}"),
+                    });
+                }
+            }
+            None => match by_partition.keys().next_back() {
+                Some(&max) => {
+                    for partition in (0..=max).filter(|p| !by_partition.contains_key(p)) {
+                        problems.push(WinnerProblem::Missing {
+                            partition,
+                            expected: format!("winners were given for partitions up to {max}"),
+                        });
+                    }
+                }
+                None if winners.is_empty() => problems.push(WinnerProblem::NoWinners),
+                // Lines were given but none could be read: those problems say enough.
+                None => {}
+            },
+        }
+    }
+
+    if !problems.is_empty() {
+        return Err(WinnersError {
+            load: load.clone(),
+            problems,
+        });
+    }
+    let manifests = read
+        .into_iter()
+        .map(|(_, m)| (m.attempt.partition, m))
+        .collect();
+    Ok(Winners {
+        load: load.clone(),
+        manifests,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. The plan
+// ---------------------------------------------------------------------------------------------
+
+/// One part the commit attaches.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannedPart {
+    /// The Spark partition whose winner built it.
+    pub partition: u32,
+    /// That winner.
+    pub attempt: AttemptId,
+    /// Its exact name in `detached/`.
+    pub name: PartName,
+    /// The ClickHouse partition it belongs to.
+    pub partition_id: PartitionId,
+    /// Rows.
+    pub rows: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// `hash_of_all_files`, to find it again once attached.
+    pub hash_of_all_files: String,
+}
+
+/// One ClickHouse partition the load touches.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannedPartition {
+    /// The partition.
+    pub partition_id: PartitionId,
+    /// Rows the load adds to it (always > 0: every part has rows).
+    pub rows: u64,
+    /// Parts the load attaches into it.
+    pub parts: u32,
+}
+
+/// What a commit attaches and publishes, recorded in the ledger (entry [`PLAN_ENTRY`]) before
+/// anything is attached. Build it with [`CommitPlan::from_winners`]; read a recorded one with
+/// [`CommitPlan::from_json`], which checks that it is consistent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitPlan {
+    /// The load.
+    pub load: LoadId,
+    /// Partition or part visibility.
+    pub visibility: Visibility,
+    /// Append or replace.
+    pub mode: Mode,
+    /// Every part, ordered by ClickHouse partition, then Spark partition, then seq.
+    pub parts: Vec<PlannedPart>,
+    /// Every ClickHouse partition the parts are in, sorted.
+    pub partitions: Vec<PlannedPartition>,
+    /// Rows in all parts.
+    pub total_rows: u64,
+    /// The winner of each Spark partition, sorted by partition (including winners without
+    /// parts).
+    pub winners: Vec<(u32, AttemptId)>,
+}
+
+/// A recorded plan that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// Not a plan at all (or one written by a newer chpart).
+    #[error("recorded commit plan is not readable: {source}")]
+    Json {
+        /// The reader's error.
+        source: serde_json::Error,
+    },
+    /// A plan whose summary does not follow from its parts.
+    #[error("recorded commit plan of load {load} is inconsistent: {problem}")]
+    Inconsistent {
+        /// The load.
+        load: LoadId,
+        /// What does not add up.
+        problem: String,
+    },
+}
+
+impl CommitPlan {
+    /// The plan for committing `winners`.
+    pub fn from_winners(winners: &Winners, visibility: Visibility, mode: Mode) -> CommitPlan {
+        let mut keyed: Vec<((PartitionId, u32, u32), PlannedPart)> = Vec::new();
+        for (&partition, m) in winners.manifests() {
+            for p in &m.parts {
+                let key = (p.partition_id.clone(), partition, p.seq);
+                keyed.push((
+                    key,
+                    PlannedPart {
+                        partition,
+                        attempt: m.attempt.id.clone(),
+                        name: p.name.clone(),
+                        partition_id: p.partition_id.clone(),
+                        rows: p.rows,
+                        bytes: p.bytes_on_disk,
+                        hash_of_all_files: p.hash_of_all_files.clone(),
+                    },
+                ));
+            }
+        }
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        let parts: Vec<PlannedPart> = keyed.into_iter().map(|(_, p)| p).collect();
+        let winners_list = winners
+            .manifests()
+            .iter()
+            .map(|(&partition, m)| (partition, m.attempt.id.clone()))
+            .collect();
+        let (partitions, total_rows) = summarize(&parts);
+        CommitPlan {
+            load: winners.load().clone(),
+            visibility,
+            mode,
+            parts,
+            partitions,
+            total_rows,
+            winners: winners_list,
+        }
+    }
+
+    /// The plan as one line of JSON: the body of the ledger's `plan` entry, and what
+    /// [`CommitPlan::fingerprint`] digests.
+    pub fn to_json(&self) -> String {
+        // Cannot fail: no maps with non-string keys, no floats.
+        serde_json::to_string(self).expect("a plan always serializes")
+    }
+
+    /// Reads a recorded plan and checks that its summary (partitions, totals, order) follows
+    /// from its parts, so the decisions below can rely on it.
+    pub fn from_json(text: &str) -> Result<CommitPlan, PlanError> {
+        let plan: CommitPlan =
+            serde_json::from_str(text).map_err(|source| PlanError::Json { source })?;
+        let inconsistent = |problem: String| PlanError::Inconsistent {
+            load: plan.load.clone(),
+            problem,
+        };
+        if let Some(p) = plan.parts.iter().find(|p| p.rows == 0) {
+            return Err(inconsistent(format!(
+                "part {} (partition {}, attempt {}) has 0 rows",
+                p.name, p.partition, p.attempt
+            )));
+        }
+        if let Some(p) = plan
+            .parts
+            .iter()
+            .find(|p| p.name.partition_id() != &p.partition_id)
+        {
+            return Err(inconsistent(format!(
+                "part {} (partition {}, attempt {}) is listed under ClickHouse partition {}",
+                p.name, p.partition, p.attempt, p.partition_id
+            )));
+        }
+        let ordered = plan
+            .parts
+            .windows(2)
+            .all(|w| (&w[0].partition_id, w[0].partition) <= (&w[1].partition_id, w[1].partition));
+        if !ordered {
+            return Err(inconsistent(
+                "parts are not ordered by ClickHouse partition, then Spark partition".into(),
+            ));
+        }
+        let mut names = BTreeSet::new();
+        if let Some(p) = plan.parts.iter().find(|p| !names.insert(&p.name)) {
+            return Err(inconsistent(format!("part {} is listed twice", p.name)));
+        }
+        if (plan.partitions.clone(), plan.total_rows) != summarize(&plan.parts) {
+            return Err(inconsistent(
+                "partitions or total_rows do not add up from the parts".into(),
+            ));
+        }
+        if !plan.winners.windows(2).all(|w| w[0].0 < w[1].0) {
+            return Err(inconsistent(
+                "winners are not sorted by partition, one each".into(),
+            ));
+        }
+        let winner: HashMap<u32, &AttemptId> = plan.winners.iter().map(|(p, a)| (*p, a)).collect();
+        if let Some(p) = plan
+            .parts
+            .iter()
+            .find(|p| winner.get(&p.partition) != Some(&&p.attempt))
+        {
+            return Err(inconsistent(format!(
+                "part {} is of attempt {} for partition {}, which is not that partition's winner",
+                p.name, p.attempt, p.partition
+            )));
+        }
+        Ok(plan)
+    }
+
+    /// `sha256:<hex>` of [`CommitPlan::to_json`]: equal plans have equal fingerprints.
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(self.to_json().as_bytes()))
+        )
+    }
+
+    /// The planned partition `id`, if the load touches it.
+    pub fn partition(&self, id: &PartitionId) -> Option<&PlannedPartition> {
+        self.partitions.iter().find(|p| &p.partition_id == id)
+    }
+}
+
+/// The partitions and total rows of `parts` (which are ordered by partition id).
+fn summarize(parts: &[PlannedPart]) -> (Vec<PlannedPartition>, u64) {
+    let mut partitions: BTreeMap<&PartitionId, (u64, u32)> = BTreeMap::new();
+    let mut total = 0u64;
+    for p in parts {
+        let entry = partitions.entry(&p.partition_id).or_default();
+        entry.0 = entry.0.saturating_add(p.rows);
+        entry.1 = entry.1.saturating_add(1);
+        total = total.saturating_add(p.rows);
+    }
+    let partitions = partitions
+        .into_iter()
+        .map(|(id, (rows, parts))| PlannedPartition {
+            partition_id: id.clone(),
+            rows,
+            parts,
+        })
+        .collect();
+    (partitions, total)
+}
+
+/// A re-run of commit was given other winners (or settings) than the recorded plan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanConflict {
+    /// Plans of two loads.
+    #[error("the recorded plan is of load {recorded}, this commit's is of load {new}")]
+    Load {
+        /// The recorded plan's load.
+        recorded: LoadId,
+        /// The new plan's load.
+        new: LoadId,
+    },
+    /// Another mode or visibility.
+    #[error("load {load}: the recorded plan has {setting} {recorded}, this commit asks for {new}; a load is committed with the settings it began with")]
+    Setting {
+        /// The load.
+        load: LoadId,
+        /// `mode` or `visibility`.
+        setting: &'static str,
+        /// The recorded value.
+        recorded: &'static str,
+        /// The new value.
+        new: &'static str,
+    },
+    /// Another winner for a Spark partition.
+    #[error("load {load} partition {partition}: {}, but this commit was given {}; a load commits one set of winners — pass the manifests the first commit was given", recorded_winner(.recorded), given_winner(.new))]
+    Winner {
+        /// The load.
+        load: LoadId,
+        /// The Spark partition.
+        partition: u32,
+        /// The recorded winner, if any.
+        recorded: Option<AttemptId>,
+        /// The new winner, if any.
+        new: Option<AttemptId>,
+    },
+    /// Same winners, but a part differs (a manifest was changed after the first commit).
+    #[error("load {load} partition {partition} attempt {attempt}: part {part} {detail}; the manifests changed since the plan was recorded")]
+    Part {
+        /// The load.
+        load: LoadId,
+        /// The Spark partition.
+        partition: u32,
+        /// The attempt.
+        attempt: AttemptId,
+        /// The part.
+        part: String,
+        /// What differs.
+        detail: String,
+    },
+}
+
+fn recorded_winner(a: &Option<AttemptId>) -> String {
+    a.as_ref().map_or_else(
+        || "the recorded plan has no winner".to_string(),
+        |a| format!("the recorded plan's winner is attempt {a}"),
+    )
+}
+
+fn given_winner(a: &Option<AttemptId>) -> String {
+    a.as_ref()
+        .map_or_else(|| "no winner".to_string(), |a| format!("attempt {a}"))
+}
+
+/// Whether `new` (computed from the winners a re-run was given) is the plan already recorded;
+/// if not, the first difference: load, settings, then the first Spark partition whose winner
+/// differs, then the first part that differs.
+pub fn plan_matches(recorded: &CommitPlan, new: &CommitPlan) -> Result<(), PlanConflict> {
+    let load = || recorded.load.clone();
+    if recorded.load != new.load {
+        return Err(PlanConflict::Load {
+            recorded: load(),
+            new: new.load.clone(),
+        });
+    }
+    if recorded.mode != new.mode {
+        return Err(PlanConflict::Setting {
+            load: load(),
+            setting: "mode",
+            recorded: recorded.mode.as_str(),
+            new: new.mode.as_str(),
+        });
+    }
+    if recorded.visibility != new.visibility {
+        return Err(PlanConflict::Setting {
+            load: load(),
+            setting: "visibility",
+            recorded: recorded.visibility.as_str(),
+            new: new.visibility.as_str(),
+        });
+    }
+    let old_winners: BTreeMap<u32, &AttemptId> =
+        recorded.winners.iter().map(|(p, a)| (*p, a)).collect();
+    let new_winners: BTreeMap<u32, &AttemptId> = new.winners.iter().map(|(p, a)| (*p, a)).collect();
+    let partitions: BTreeSet<u32> = old_winners
+        .keys()
+        .chain(new_winners.keys())
+        .copied()
+        .collect();
+    for partition in partitions {
+        let (r, n) = (old_winners.get(&partition), new_winners.get(&partition));
+        if r != n {
+            return Err(PlanConflict::Winner {
+                load: load(),
+                partition,
+                recorded: r.map(|a| (*a).clone()),
+                new: n.map(|a| (*a).clone()),
+            });
+        }
+    }
+    let part_conflict = |p: &PlannedPart, detail: String| PlanConflict::Part {
+        load: load(),
+        partition: p.partition,
+        attempt: p.attempt.clone(),
+        part: p.name.to_string(),
+        detail,
+    };
+    let new_parts: HashMap<&PartName, &PlannedPart> =
+        new.parts.iter().map(|p| (&p.name, p)).collect();
+    for r in &recorded.parts {
+        match new_parts.get(&r.name) {
+            None => {
+                return Err(part_conflict(
+                    r,
+                    "is in the recorded plan but not in this commit's manifests".into(),
+                ))
+            }
+            Some(n) if *n != r => {
+                return Err(part_conflict(
+                    r,
+                    format!(
+                        "was recorded with {} rows, {} bytes, hash {} and is now given with {} rows, {} bytes, hash {}",
+                        r.rows, r.bytes, r.hash_of_all_files, n.rows, n.bytes, n.hash_of_all_files
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let recorded_names: BTreeSet<&PartName> = recorded.parts.iter().map(|p| &p.name).collect();
+    if let Some(n) = new.parts.iter().find(|p| !recorded_names.contains(&p.name)) {
+        return Err(part_conflict(
+            n,
+            "is in this commit's manifests but not in the recorded plan".into(),
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Ledger entries and resume decisions
+// ---------------------------------------------------------------------------------------------
+
+/// Entry id of the plan (body: [`CommitPlan::to_json`]).
+pub const PLAN_ENTRY: &str = "plan";
+/// Entry id recording that the load is committed.
+pub const COMMIT_ENTRY: &str = "commit";
+/// Prefix of an attach intent's id, written before ATTACH PART.
+pub const ATTACH_INTENT_PREFIX: &str = "attach:";
+/// Prefix of an attach outcome's id.
+pub const ATTACHED_PREFIX: &str = "attached:";
+/// Prefix of a publish intent's id, written before MOVE or REPLACE PARTITION.
+pub const PUBLISH_INTENT_PREFIX: &str = "publish:";
+/// Prefix of a publish outcome's id.
+pub const PUBLISHED_PREFIX: &str = "published:";
+
+/// A ledger entry commit writes, by what its id says.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CommitEntry {
+    /// `plan`.
+    Plan,
+    /// `attach:<part>`: about to send ATTACH PART.
+    AttachIntent(PartName),
+    /// `attached:<part>`: the part is attached.
+    Attached(PartName),
+    /// `publish:<partition id>`: about to send MOVE or REPLACE PARTITION.
+    PublishIntent(PartitionId),
+    /// `published:<partition id>`: the partition is in the target.
+    Published(PartitionId),
+    /// `commit`.
+    Commit,
+}
+
+/// An entry id with a commit prefix but an invalid part name or partition id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("ledger entry id {entry_id} has a commit prefix but {problem}")]
+pub struct EntryIdError {
+    /// The id, quoted and escaped.
+    pub entry_id: String,
+    /// What is wrong after the prefix.
+    pub problem: String,
+}
+
+impl CommitEntry {
+    /// The entry id.
+    pub fn id(&self) -> String {
+        self.to_string()
+    }
+
+    /// The entry for `id`: `Ok(None)` for ids commit does not write (`open`, ...), an error
+    /// for a commit prefix followed by something that is not a part name or partition id.
+    pub fn parse(id: &str) -> Result<Option<CommitEntry>, EntryIdError> {
+        let err = |problem: String| EntryIdError {
+            entry_id: format!("\"{}\"", escape(id)),
+            problem,
+        };
+        let part = |s: &str| {
+            s.parse::<PartName>()
+                .map_err(|e| err(format!("no part name: {e}")))
+        };
+        let partition = |s: &str| {
+            s.parse::<PartitionId>()
+                .map_err(|e| err(format!("no partition id: {e}")))
+        };
+        Ok(Some(match id {
+            PLAN_ENTRY => CommitEntry::Plan,
+            COMMIT_ENTRY => CommitEntry::Commit,
+            _ => {
+                if let Some(rest) = id.strip_prefix(ATTACH_INTENT_PREFIX) {
+                    CommitEntry::AttachIntent(part(rest)?)
+                } else if let Some(rest) = id.strip_prefix(ATTACHED_PREFIX) {
+                    CommitEntry::Attached(part(rest)?)
+                } else if let Some(rest) = id.strip_prefix(PUBLISH_INTENT_PREFIX) {
+                    CommitEntry::PublishIntent(partition(rest)?)
+                } else if let Some(rest) = id.strip_prefix(PUBLISHED_PREFIX) {
+                    CommitEntry::Published(partition(rest)?)
+                } else {
+                    return Ok(None);
+                }
+            }
+        }))
+    }
+}
+
+impl fmt::Display for CommitEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommitEntry::Plan => f.write_str(PLAN_ENTRY),
+            CommitEntry::Commit => f.write_str(COMMIT_ENTRY),
+            CommitEntry::AttachIntent(p) => write!(f, "{ATTACH_INTENT_PREFIX}{p}"),
+            CommitEntry::Attached(p) => write!(f, "{ATTACHED_PREFIX}{p}"),
+            CommitEntry::PublishIntent(p) => write!(f, "{PUBLISH_INTENT_PREFIX}{p}"),
+            CommitEntry::Published(p) => write!(f, "{PUBLISHED_PREFIX}{p}"),
+        }
+    }
+}
+
+/// What the ledger says commit has done so far (the plan itself is passed separately).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommitProgress {
+    /// Parts with an `attach:` intent.
+    pub attach_intents: BTreeSet<PartName>,
+    /// Parts recorded `attached:`.
+    pub attached: BTreeSet<PartName>,
+    /// Partitions with a `publish:` intent.
+    pub publish_intents: BTreeSet<PartitionId>,
+    /// Partitions recorded `published:`.
+    pub published: BTreeSet<PartitionId>,
+    /// `commit` is recorded.
+    pub committed: bool,
+}
+
+impl CommitProgress {
+    /// Progress from a load's replayed entry ids; ids commit does not write are ignored.
+    pub fn from_entry_ids<'a>(
+        ids: impl IntoIterator<Item = &'a str>,
+    ) -> Result<CommitProgress, EntryIdError> {
+        let mut progress = CommitProgress::default();
+        for id in ids {
+            if let Some(entry) = CommitEntry::parse(id)? {
+                progress.record(entry);
+            }
+        }
+        Ok(progress)
+    }
+
+    /// Adds one entry.
+    pub fn record(&mut self, entry: CommitEntry) {
+        match entry {
+            CommitEntry::Plan => {}
+            CommitEntry::AttachIntent(p) => _ = self.attach_intents.insert(p),
+            CommitEntry::Attached(p) => _ = self.attached.insert(p),
+            CommitEntry::PublishIntent(p) => _ = self.publish_intents.insert(p),
+            CommitEntry::Published(p) => _ = self.published.insert(p),
+            CommitEntry::Commit => self.committed = true,
+        }
+    }
+}
+
+/// Where a (re-)started commit of a load is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitPhase {
+    /// No plan recorded: compute it from the winners and record it.
+    NeedsPlan,
+    /// These planned parts (in plan order) are not recorded attached: decide each with
+    /// [`decide_part`].
+    AttachParts {
+        /// The parts not recorded attached.
+        pending: Vec<PartName>,
+    },
+    /// Partition visibility, every part attached: these partitions (sorted) are not recorded
+    /// published: decide each with [`decide_partition`].
+    PublishPartitions {
+        /// The partitions not recorded published.
+        pending: Vec<PartitionId>,
+    },
+    /// Everything attached (and published): record `commit`.
+    MarkCommitted,
+    /// `commit` is recorded: nothing to do.
+    Done,
+}
+
+/// The phase of a commit, from the recorded plan (the body of the `plan` entry, `None` when
+/// there is none) and the ledger's progress. Entries for parts or partitions outside the plan
+/// are ignored: only the plan decides what is committed.
+pub fn commit_phase(plan: Option<&CommitPlan>, progress: &CommitProgress) -> CommitPhase {
+    if progress.committed {
+        return CommitPhase::Done;
+    }
+    let Some(plan) = plan else {
+        return CommitPhase::NeedsPlan;
+    };
+    let pending: Vec<PartName> = plan
+        .parts
+        .iter()
+        .filter(|p| !progress.attached.contains(&p.name))
+        .map(|p| p.name.clone())
+        .collect();
+    if !pending.is_empty() {
+        return CommitPhase::AttachParts { pending };
+    }
+    if plan.visibility == Visibility::Partition {
+        let pending: Vec<PartitionId> = plan
+            .partitions
+            .iter()
+            .filter(|p| !progress.published.contains(&p.partition_id))
+            .map(|p| p.partition_id.clone())
+            .collect();
+        if !pending.is_empty() {
+            return CommitPhase::PublishPartitions { pending };
+        }
+    }
+    CommitPhase::MarkCommitted
+}
+
+/// What is known about one planned part, observed just before deciding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartFacts {
+    /// The ledger has `attached:<part>`.
+    pub recorded_attached: bool,
+    /// The ledger has `attach:<part>`.
+    pub attach_intent: bool,
+    /// `detached/<part>` exists in the attach table (the publish table).
+    pub in_detached: bool,
+    /// `detached/attaching_<part>` exists: an ATTACH holds it, or a crashed server left it.
+    pub attaching_leftover: bool,
+    /// An active part of the attach table has the part's `hash_of_all_files`.
+    pub hash_active_in_attach_table: bool,
+}
+
+/// What to do about one planned part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartStep {
+    /// Recorded attached: nothing to do.
+    Skip,
+    /// Attached but not recorded: write `attached:<part>`.
+    RecordAttached,
+    /// Still in `detached/`: write `attach:<part>` (unless recorded), send ATTACH PART, then
+    /// observe again (after a success, a failure or a timeout alike).
+    Attach,
+    /// An ATTACH holds the part (`attaching_` leftover): touch nothing, observe again later.
+    Wait,
+    /// Gone without a trace: report [`PartLost`].
+    Lost,
+}
+
+/// Decides the next step for one planned part (see the module doc for why it is safe).
+pub fn decide_part(facts: &PartFacts) -> PartStep {
+    if facts.recorded_attached {
+        PartStep::Skip
+    } else if facts.attaching_leftover {
+        PartStep::Wait
+    } else if facts.in_detached {
+        PartStep::Attach
+    } else if facts.attach_intent || facts.hash_active_in_attach_table {
+        PartStep::RecordAttached
+    } else {
+        PartStep::Lost
+    }
+}
+
+/// A planned part that was removed from `detached/` without being attached.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("load {load} partition {partition} attempt {attempt}: part {part} is lost: it is not in detached/, no ATTACH holds it, no attach was ever recorded and no active part of the table has its hash {hash}; something removed it (a manual DROP DETACHED, or gc run against an open load). The load cannot be committed as planned: abort it and load again")]
+pub struct PartLost {
+    /// The load.
+    pub load: LoadId,
+    /// The Spark partition.
+    pub partition: u32,
+    /// The attempt that built it.
+    pub attempt: AttemptId,
+    /// The part.
+    pub part: String,
+    /// Its `hash_of_all_files`.
+    pub hash: String,
+}
+
+impl PartLost {
+    /// The error for `part` of `plan`.
+    pub fn new(plan: &CommitPlan, part: &PlannedPart) -> PartLost {
+        PartLost {
+            load: plan.load.clone(),
+            partition: part.partition,
+            attempt: part.attempt.clone(),
+            part: part.name.to_string(),
+            hash: part.hash_of_all_files.clone(),
+        }
+    }
+}
+
+/// What is known about one planned ClickHouse partition once all its parts are attached into
+/// the shadow, observed just before deciding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionFacts {
+    /// The ledger has `published:<id>`.
+    pub recorded_published: bool,
+    /// Active rows of the partition in the shadow.
+    pub shadow_rows: u64,
+    /// Rows the plan puts into the partition (always > 0).
+    pub planned_rows: u64,
+    /// Replace mode: the multiset of the target partition's active part hashes equals the
+    /// shadow's.
+    pub target_has_plan_hashes: bool,
+}
+
+/// What to do about one planned partition (partition visibility).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionStep {
+    /// Recorded published: nothing to do.
+    Skip,
+    /// Published but not recorded: write `published:<id>`.
+    RecordPublished,
+    /// Append: write `publish:<id>` (unless recorded), send `ALTER TABLE shadow MOVE PARTITION
+    /// ID '<id>' TO TABLE target`, observe again.
+    Move,
+    /// Replace: write `publish:<id>` (unless recorded), send `ALTER TABLE target REPLACE
+    /// PARTITION ID '<id>' FROM shadow`, observe again.
+    Replace,
+    /// A state chpart cannot explain: report [`PartitionBroken`].
+    Broken,
+}
+
+/// Decides the next step for one planned partition, all of whose parts are recorded attached
+/// into the shadow (see the module doc for why it is safe).
+///
+/// Append: the shadow holds all planned rows (move them) or none (they were moved; only a MOVE
+/// empties a shadow partition of an open load). Replace: REPLACE copies, so the shadow must
+/// always hold all planned rows, and the partition is published exactly when the target's
+/// parts are the shadow's; in any other state (not replaced yet, a crash inside REPLACE, a
+/// merge since) REPLACE runs again, which is idempotent. A re-run after a merge in the target
+/// replaces the partition with the same rows, so it is still exactly once. What it cannot
+/// keep is rows another writer inserted into that target partition since the first REPLACE:
+/// replace mode owns the partitions it touches until `commit` is recorded.
+///
+/// # Panics
+///
+/// If `planned_rows` is 0: a plan has no partition without rows ([`CommitPlan::from_json`]
+/// and [`validate_winners`] refuse parts without rows), so this is a caller bug.
+pub fn decide_partition(mode: Mode, facts: &PartitionFacts) -> PartitionStep {
+    assert!(
+        facts.planned_rows > 0,
+        "a planned partition always has rows: {facts:?}"
+    );
+    if facts.recorded_published {
+        return PartitionStep::Skip;
+    }
+    match mode {
+        Mode::Append if facts.shadow_rows == facts.planned_rows => PartitionStep::Move,
+        Mode::Append if facts.shadow_rows == 0 => PartitionStep::RecordPublished,
+        Mode::Append => PartitionStep::Broken,
+        Mode::Replace if facts.shadow_rows != facts.planned_rows => PartitionStep::Broken,
+        Mode::Replace if facts.target_has_plan_hashes => PartitionStep::RecordPublished,
+        Mode::Replace => PartitionStep::Replace,
+    }
+}
+
+/// A planned partition in a state chpart cannot explain.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("load {load} partition {partition_id} ({mode} mode): the shadow table holds {shadow_rows} rows of it, but the plan put {planned_rows} there and {}; something other than this load changed the shadow table. Inspect it before retrying", if *.mode == Mode::Append { "a MOVE leaves all or none" } else { "REPLACE copies, so all must still be there" })]
+pub struct PartitionBroken {
+    /// The load.
+    pub load: LoadId,
+    /// The ClickHouse partition.
+    pub partition_id: PartitionId,
+    /// The mode.
+    pub mode: Mode,
+    /// Rows in the shadow.
+    pub shadow_rows: u64,
+    /// Rows planned.
+    pub planned_rows: u64,
+}
+
+impl PartitionBroken {
+    /// The error for partition `partition_id` of `plan`, observed with `facts`.
+    pub fn new(plan: &CommitPlan, partition_id: &PartitionId, facts: &PartitionFacts) -> Self {
+        PartitionBroken {
+            load: plan.load.clone(),
+            partition_id: partition_id.clone(),
+            mode: plan.mode,
+            shadow_rows: facts.shadow_rows,
+            planned_rows: facts.planned_rows,
+        }
+    }
+}
+
+/// One partition whose attached rows differ from the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowDiff {
+    /// The ClickHouse partition.
+    pub partition_id: PartitionId,
+    /// Rows the winners' parts hold.
+    pub planned: u64,
+    /// Rows attached.
+    pub attached: u64,
+}
+
+impl fmt::Display for RowDiff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "partition {}: the winners' parts hold {} rows, {} are attached",
+            self.partition_id, self.planned, self.attached
+        )
+    }
+}
+
+/// The rows attached differ from the rows planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("load {load}: rows attached differ from the plan in {}", list(.diffs, "partition"))]
+pub struct RowMismatch {
+    /// The load.
+    pub load: LoadId,
+    /// Every partition that differs, sorted.
+    pub diffs: Vec<RowDiff>,
+}
+
+/// Checks, per ClickHouse partition, that the rows attached (`attached_rows_by_partition`, the
+/// load's rows only, e.g. the shadow's rows before any MOVE) equal the sum of the winners' part
+/// rows. A partition attached but not planned counts as planned with 0 rows.
+pub fn reconcile_rows(
+    plan: &CommitPlan,
+    attached_rows_by_partition: &BTreeMap<PartitionId, u64>,
+) -> Result<(), RowMismatch> {
+    let planned: BTreeMap<&PartitionId, u64> = plan
+        .partitions
+        .iter()
+        .map(|p| (&p.partition_id, p.rows))
+        .collect();
+    let ids: BTreeSet<&PartitionId> = planned
+        .keys()
+        .copied()
+        .chain(attached_rows_by_partition.keys())
+        .collect();
+    let diffs: Vec<RowDiff> = ids
+        .into_iter()
+        .filter_map(|id| {
+            let planned = planned.get(id).copied().unwrap_or(0);
+            let attached = attached_rows_by_partition.get(id).copied().unwrap_or(0);
+            (planned != attached).then(|| RowDiff {
+                partition_id: id.clone(),
+                planned,
+                attached,
+            })
+        })
+        .collect();
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(RowMismatch {
+            load: plan.load.clone(),
+            diffs,
+        })
+    }
+}

@@ -1,0 +1,1575 @@
+//! Scenario tables for the commit decisions, and a small model of the server and ledger in
+//! which a driver made only of those decisions is killed at every step, or raced against a
+//! second one.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::manifest::{FileEntry, PartEntry, Target};
+use crate::names::detached_part_name;
+use crate::testutil::expect_row;
+use crate::Attempt;
+
+mod sim;
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+fn load() -> LoadId {
+    "L".parse().unwrap()
+}
+
+fn fp(byte: &str) -> TableFingerprint {
+    format!("sha256:{}", byte.repeat(32)).parse().unwrap()
+}
+
+fn expected() -> Expected {
+    Expected {
+        publish: "db.events_shadow".parse().unwrap(),
+        fingerprint: fp("cd"),
+        data_path: "/var/lib/clickhouse/store/abc/abcd".parse().unwrap(),
+        staging: StagingLayout::new("/staging").unwrap(),
+        host: "ch-1".into(),
+    }
+}
+
+/// A hash unique to a part name: 32 lowercase hex digits.
+fn hash_of(name: &PartName) -> String {
+    format!("{:032x}", name.min_block())
+}
+
+/// A valid manifest of `load` by `attempt` for Spark `partition`, with parts
+/// (partition id, seq, rows), published as `expected()` says.
+fn manifest(load: &str, partition: u32, attempt: &str, parts: &[(&str, u32, u64)]) -> Manifest {
+    let (load, id): (LoadId, AttemptId) = (load.parse().unwrap(), attempt.parse().unwrap());
+    let e = expected();
+    let parts = parts
+        .iter()
+        .map(|&(pid, seq, rows)| {
+            let partition_id: PartitionId = pid.parse().unwrap();
+            let name = detached_part_name(&load, &id, &partition_id, seq);
+            let file = |path: &str, size| FileEntry {
+                path: path.into(),
+                size,
+                sha256: "ab".repeat(32),
+            };
+            PartEntry {
+                hash_of_all_files: hash_of(&name),
+                name,
+                partition_id,
+                seq,
+                rows,
+                bytes_on_disk: 12 + rows,
+                files: vec![
+                    file("checksums.txt", 10),
+                    file("count.txt", 2),
+                    file("data.bin", rows),
+                ],
+            }
+        })
+        .collect();
+    Manifest {
+        target: Target {
+            database: e.publish.database.clone(),
+            table: e.publish.table.clone(),
+            host: e.host.clone(),
+            disk: "default".into(),
+            data_path: e.data_path.clone(),
+            staging_dir: e.staging.attempt(&load, &id).dir().clone(),
+        },
+        load,
+        attempt: Attempt {
+            id,
+            partition,
+            stage: Some(1),
+            stage_attempt: Some(0),
+            attempt_number: Some(0),
+        },
+        table_fingerprint: e.fingerprint,
+        clickhouse_local_version: "26.9.2.1".into(),
+        source_rows: 0,
+        created_at_unix_ms: 1_764_490_000_000,
+        parts,
+    }
+}
+
+/// Partition 0: attempt app.1, parts in 202601 (100 rows) and 202602 (50 rows).
+fn m0() -> Manifest {
+    manifest("L", 0, "app.1", &[("202601", 0, 100), ("202602", 1, 50)])
+}
+
+/// Partition 1: attempt app.7, one part in 202601 (30 rows).
+fn m1() -> Manifest {
+    manifest("L", 1, "app.7", &[("202601", 0, 30)])
+}
+
+/// Partition 2: attempt app.9, no rows, no parts.
+fn m2() -> Manifest {
+    manifest("L", 2, "app.9", &[])
+}
+
+fn lines(manifests: &[Manifest]) -> Vec<(usize, String)> {
+    manifests
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (i + 1, m.to_json_line()))
+        .collect()
+}
+
+fn winners(manifests: &[Manifest]) -> Winners {
+    validate_winners(&load(), &expected(), &lines(manifests), None, false).unwrap()
+}
+
+fn plan(visibility: Visibility, mode: Mode) -> CommitPlan {
+    CommitPlan::from_winners(&winners(&[m0(), m1(), m2()]), visibility, mode)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Winners
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn winners_table() {
+    type Lines = Vec<(usize, String)>;
+    let base = || lines(&[m0(), m1(), m2()]);
+    let with = |edit: fn(&mut Manifest)| {
+        let mut m = m1();
+        edit(&mut m);
+        lines(&[m0(), m, m2()])
+    };
+    let garbage = || {
+        let mut l = base();
+        l.push((4, "{\"format\":\"chpart-attempt-manifest\",\"vers".into()));
+        l
+    };
+    // (name, lines, expected_partitions, allow_missing, Ok(partitions) or every problem, in
+    // order, by a substring)
+    type Row<'a> = (
+        &'a str,
+        Lines,
+        Option<u32>,
+        bool,
+        Result<Vec<u32>, Vec<&'a str>>,
+    );
+    let rows: Vec<Row> = vec![
+        ("three winners, one without rows", base(), None, false, Ok(vec![0, 1, 2])),
+        ("partition count given", base(), Some(3), false, Ok(vec![0, 1, 2])),
+        (
+            "lines in any order",
+            lines(&[m2(), m0(), m1()]),
+            Some(3),
+            false,
+            Ok(vec![0, 1, 2]),
+        ),
+        (
+            "unparsable line",
+            garbage(),
+            None,
+            false,
+            Err(vec!["line 4 (partition ?, attempt ?): manifest is not valid JSON: EOF"]),
+        ),
+        (
+            "invalid manifest: its partition is then missing",
+            {
+                let mut l = base();
+                l[1].1 = l[1].1.replace(&hash_of(&m1().parts[0].name), "XYZ");
+                l
+            },
+            None,
+            false,
+            Err(vec![
+                "line 2 (partition 1, attempt app.7): manifest of load L attempt app.7: part 202601_",
+                "partition 1 has no winner (winners were given for partitions up to 2)",
+            ]),
+        ),
+        (
+            "manifest of another load",
+            lines(&[m0(), manifest("M", 1, "app.7", &[("202601", 0, 30)]), m2()]),
+            None,
+            false,
+            Err(vec![
+                "line 2 (partition 1, attempt app.7): manifest of load M, not of this load; its part 202601_",
+                "line 2 (partition 1, attempt app.7): staging_dir /staging/M/app.7 is not /staging/L/app.7",
+            ]),
+        ),
+        (
+            "forged manifest pointing at another table",
+            with(|m| m.target.table = "events".parse().unwrap()),
+            None,
+            false,
+            Err(vec!["line 2 (partition 1, attempt app.7): its part 202601_"]),
+        ),
+        (
+            "forged manifest pointing at another table: names both tables",
+            with(|m| m.target.table = "events".parse().unwrap()),
+            None,
+            false,
+            Err(vec!["were published into db.events, but this load publishes into db.events_shadow; refusing a manifest that points at another table"]),
+        ),
+        (
+            "built for another table definition",
+            with(|m| m.table_fingerprint = fp("ee")),
+            None,
+            false,
+            Err(vec!["line 2 (partition 1, attempt app.7): its part 202601_"]),
+        ),
+        (
+            "fingerprint named",
+            with(|m| m.table_fingerprint = fp("ee")),
+            None,
+            false,
+            Err(vec!["built for table fingerprint sha256:eeee"]),
+        ),
+        (
+            "another data path",
+            with(|m| m.target.data_path = "/var/lib/clickhouse/store/fff/ffff".parse().unwrap()),
+            None,
+            false,
+            Err(vec!["published under data path /var/lib/clickhouse/store/fff/ffff, but the publish table's is /var/lib/clickhouse/store/abc/abcd"]),
+        ),
+        (
+            "another host",
+            with(|m| m.target.host = "ch-2".into()),
+            None,
+            false,
+            Err(vec!["line 2 (partition 1, attempt app.7): its part 202601_"]),
+        ),
+        (
+            "host named",
+            with(|m| m.target.host = "ch-2".into()),
+            None,
+            false,
+            Err(vec!["published on host ch-2, but this load publishes on ch-1"]),
+        ),
+        (
+            "staging dir under another root",
+            with(|m| m.target.staging_dir = "/other/L/app.7".parse().unwrap()),
+            None,
+            false,
+            Err(vec!["line 2 (partition 1, attempt app.7): staging_dir /other/L/app.7 is not /staging/L/app.7, this attempt's directory under the configured staging root"]),
+        ),
+        (
+            "part without rows",
+            with(|m| {
+                m.parts[0].rows = 0;
+                m.parts[0].files[2].size = 0;
+                m.parts[0].bytes_on_disk = 12;
+            }),
+            None,
+            false,
+            Err(vec!["line 2 (partition 1, attempt app.7): part 202601_"]),
+        ),
+        (
+            "two winners for one partition",
+            lines(&[m0(), m1(), m2(), manifest("L", 1, "app.8", &[("202601", 0, 30)])]),
+            None,
+            false,
+            Err(vec!["partition 1 has two winners: attempt app.7 (line 2) and attempt app.8 (line 4); collect() returns one per partition — pass exactly what it returned"]),
+        ),
+        (
+            "one attempt for two partitions",
+            lines(&[m0(), m1(), manifest("L", 2, "app.7", &[("202603", 0, 1)])]),
+            None,
+            false,
+            Err(vec!["attempt app.7 is given as the winner of two partitions: partition 1 (line 2) and partition 2 (line 3)"]),
+        ),
+        (
+            "the same manifest twice: two winners and every part twice",
+            lines(&[m0(), m1(), m2(), m0()]),
+            None,
+            false,
+            Err(vec![
+                "partition 0 has two winners: attempt app.1 (line 1) and attempt app.1 (line 4)",
+                "part 202601_",
+                "part 202602_",
+            ]),
+        ),
+        (
+            "the same part in two manifests names both",
+            lines(&[m0(), m1(), m2(), m1()]),
+            None,
+            false,
+            Err(vec![
+                "partition 1 has two winners",
+                "is listed by two manifests: partition 1 attempt app.7 (line 2) and partition 1 attempt app.7 (line 4)",
+            ]),
+        ),
+        (
+            "a gap is a missing partition",
+            lines(&[m0(), m2()]),
+            None,
+            false,
+            Err(vec!["partition 1 has no winner (winners were given for partitions up to 2); its rows would be lost"]),
+        ),
+        ("a gap, allowed", lines(&[m0(), m2()]), None, true, Ok(vec![0, 2])),
+        (
+            "last partition missing",
+            base(),
+            Some(4),
+            false,
+            Err(vec!["partition 3 has no winner (the job has partitions 0..4)"]),
+        ),
+        ("last partition missing, allowed", base(), Some(4), true, Ok(vec![0, 1, 2])),
+        (
+            "partition beyond the count",
+            base(),
+            Some(2),
+            false,
+            Err(vec!["line 3 (partition 2, attempt app.9): partition 2 is outside 0..2"]),
+        ),
+        (
+            "partition beyond the count, even when missing ones are allowed",
+            base(),
+            Some(2),
+            true,
+            Err(vec!["partition 2 is outside 0..2"]),
+        ),
+        ("nothing given", vec![], None, false, Err(vec!["no winners were given"])),
+        ("nothing given for a job without partitions", vec![], Some(0), false, Ok(vec![])),
+        ("nothing given, allowed", vec![], None, true, Ok(vec![])),
+        (
+            "every problem at once",
+            {
+                let mut l = garbage();
+                let mut m = m1();
+                m.target.host = "ch-2".into();
+                l[1].1 = m.to_json_line();
+                l.push((5, manifest("L", 0, "app.3", &[]).to_json_line()));
+                l
+            },
+            Some(4),
+            false,
+            Err(vec![
+                "line 2 (partition 1, attempt app.7): its part 202601_",
+                "line 4 (partition ?, attempt ?)",
+                "partition 0 has two winners: attempt app.1 (line 1) and attempt app.3 (line 5)",
+                "partition 3 has no winner",
+            ]),
+        ),
+    ];
+    for (row, lines, count, allow_missing, want) in rows {
+        let got = validate_winners(&load(), &expected(), &lines, count, allow_missing);
+        match (got, want) {
+            (Ok(w), Ok(partitions)) => {
+                assert_eq!(w.load(), &load(), "{row}");
+                assert_eq!(
+                    w.manifests().keys().copied().collect::<Vec<_>>(),
+                    partitions,
+                    "{row}"
+                );
+                for (p, m) in w.manifests() {
+                    assert_eq!(m.attempt.partition, *p, "{row}");
+                }
+            }
+            (Err(e), Err(want)) => {
+                let got: Vec<String> = e.problems.iter().map(ToString::to_string).collect();
+                assert_eq!(got.len(), want.len(), "{row}: {got:#?}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(g.contains(w), "{row}: {g:?} lacks {w:?}");
+                }
+                // The whole message lists every problem, one per line.
+                let msg = e.to_string();
+                assert_eq!(msg.lines().count(), want.len() + 1, "{row}: {msg}");
+            }
+            (Ok(w), Err(want)) => panic!(
+                "{row}: accepted {:?}, expected {want:?}",
+                w.manifests().keys()
+            ),
+            (Err(e), Ok(_)) => panic!("{row}: refused: {e}"),
+        }
+    }
+}
+
+#[test]
+fn winners_error_message_shape() {
+    let err =
+        validate_winners(&load(), &expected(), &lines(&[m0(), m2()]), Some(3), false).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "refusing the winners of load L: 1 problem\n  - partition 1 has no winner (the job has \
+         partitions 0..3); its rows would be lost — pass every manifest collect() returned, or \
+         allow missing partitions"
+    );
+}
+
+#[test]
+fn part_lists_are_short() {
+    let m = manifest(
+        "L",
+        0,
+        "a",
+        &[
+            ("1", 0, 1),
+            ("2", 1, 1),
+            ("3", 2, 1),
+            ("4", 3, 1),
+            ("5", 4, 1),
+        ],
+    );
+    let text = PartList::of(&m).to_string();
+    assert!(text.starts_with("parts 1_"), "{text}");
+    assert!(text.ends_with(" and 2 more"), "{text}");
+    assert_eq!(PartList(vec![]).to_string(), "no parts");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. The plan
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn plan_from_winners() {
+    let p = plan(Visibility::Partition, Mode::Append);
+    let (a, b) = (m0(), m1());
+    let got: Vec<(&str, u32, &str, u64)> = p
+        .parts
+        .iter()
+        .map(|x| {
+            (
+                x.partition_id.as_str(),
+                x.partition,
+                x.attempt.as_str(),
+                x.rows,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("202601", 0, "app.1", 100),
+            ("202601", 1, "app.7", 30),
+            ("202602", 0, "app.1", 50)
+        ]
+    );
+    assert_eq!(p.parts[0].name, a.parts[0].name);
+    assert_eq!(p.parts[1].name, b.parts[0].name);
+    assert_eq!(p.parts[2].name, a.parts[1].name);
+    assert_eq!(p.parts[2].bytes, 62);
+    assert_eq!(p.parts[2].hash_of_all_files, a.parts[1].hash_of_all_files);
+    let partitions: Vec<(&str, u64, u32)> = p
+        .partitions
+        .iter()
+        .map(|x| (x.partition_id.as_str(), x.rows, x.parts))
+        .collect();
+    assert_eq!(partitions, [("202601", 130, 2), ("202602", 50, 1)]);
+    assert_eq!(p.total_rows, 180);
+    let winners: Vec<(u32, &str)> = p.winners.iter().map(|(n, a)| (*n, a.as_str())).collect();
+    assert_eq!(winners, [(0, "app.1"), (1, "app.7"), (2, "app.9")]);
+    assert_eq!(p.partition(&"202602".parse().unwrap()).unwrap().rows, 50);
+    assert!(p.partition(&"202603".parse().unwrap()).is_none());
+}
+
+#[test]
+fn plan_order_does_not_depend_on_line_order_and_seq_breaks_ties() {
+    let many = manifest(
+        "L",
+        0,
+        "a",
+        &[("202601", 3, 1), ("202601", 1, 2), ("202601", 2, 3)],
+    );
+    let seqs: Vec<u64> =
+        CommitPlan::from_winners(&winners(&[many]), Visibility::Part, Mode::Append)
+            .parts
+            .iter()
+            .map(|p| p.rows)
+            .collect();
+    assert_eq!(seqs, [2, 3, 1], "ordered by seq 1, 2, 3");
+    // Within a ClickHouse partition, the Spark partition comes before seq.
+    let two = [
+        manifest("L", 0, "a", &[("202601", 5, 1)]),
+        manifest("L", 1, "b", &[("202601", 0, 2)]),
+    ];
+    let order: Vec<(u32, u64)> =
+        CommitPlan::from_winners(&winners(&two), Visibility::Part, Mode::Append)
+            .parts
+            .iter()
+            .map(|p| (p.partition, p.rows))
+            .collect();
+    assert_eq!(order, [(0, 1), (1, 2)]);
+    let shuffled = CommitPlan::from_winners(
+        &winners(&[m2(), m1(), m0()]),
+        Visibility::Partition,
+        Mode::Append,
+    );
+    assert_eq!(shuffled, plan(Visibility::Partition, Mode::Append));
+}
+
+#[test]
+fn plan_json_round_trip_and_pinned_fingerprint() {
+    let p = plan(Visibility::Partition, Mode::Replace);
+    let json = p.to_json();
+    assert!(
+        json.starts_with(r#"{"load":"L","visibility":"partition","mode":"replace","parts":[{"partition":0,"attempt":"app.1","name":"202601_"#),
+        "{json}"
+    );
+    assert!(
+        json.ends_with(r#""winners":[[0,"app.1"],[1,"app.7"],[2,"app.9"]]}"#),
+        "{json}"
+    );
+    assert_eq!(CommitPlan::from_json(&json).unwrap(), p);
+    assert_eq!(p.fingerprint(), p.clone().fingerprint());
+    assert_ne!(
+        p.fingerprint(),
+        plan(Visibility::Partition, Mode::Append).fingerprint()
+    );
+    // Pinned: the fingerprint of a recorded plan is compared across chpart runs, so a change to
+    // the plan's JSON must be deliberate.
+    assert_eq!(p.fingerprint(), PINNED_PLAN);
+}
+
+const PINNED_PLAN: &str = "sha256:ee70a7fe648f850431df44d9fef8a58304e12bd5bd51a1ae77a09f1c33174759";
+
+#[test]
+fn recorded_plan_consistency_table() {
+    type Edit = fn(&mut Value);
+    let rows: Vec<(&str, Edit, Result<(), &str>)> = vec![
+        ("as written", |_| {}, Ok(())),
+        (
+            "total changed",
+            |v| v["total_rows"] = 181.into(),
+            Err("recorded commit plan of load L is inconsistent: partitions or total_rows do not add up"),
+        ),
+        (
+            "part rows changed, summary not",
+            |v| v["parts"][0]["rows"] = 99.into(),
+            Err("do not add up"),
+        ),
+        (
+            "a part without rows",
+            |v| {
+                v["parts"][0]["rows"] = 0.into();
+                v["partitions"][0]["rows"] = 30.into();
+                v["total_rows"] = 80.into();
+            },
+            Err("part 202601_"),
+        ),
+        (
+            "a part under another partition",
+            |v| v["parts"][2]["partition_id"] = "202601".into(),
+            Err("is listed under ClickHouse partition 202601"),
+        ),
+        (
+            "parts out of order",
+            |v| {
+                let parts = v["parts"].as_array_mut().unwrap();
+                parts.swap(0, 2);
+            },
+            Err("parts are not ordered"),
+        ),
+        (
+            "a part twice",
+            |v| {
+                let parts = v["parts"].as_array_mut().unwrap();
+                parts[1] = parts[0].clone();
+                v["partitions"][0]["rows"] = 200.into();
+                v["total_rows"] = 250.into();
+            },
+            Err("is listed twice"),
+        ),
+        (
+            "winners out of order",
+            |v| v["winners"].as_array_mut().unwrap().swap(0, 1),
+            Err("winners are not sorted"),
+        ),
+        (
+            "a part of a loser",
+            |v| v["winners"][1][1] = "app.8".into(),
+            Err("is of attempt app.7 for partition 1, which is not that partition's winner"),
+        ),
+        (
+            "written by a newer chpart",
+            |v| v["compression"] = "zstd".into(),
+            Err("recorded commit plan is not readable: unknown field `compression`"),
+        ),
+        (
+            "a bad id",
+            |v| v["load"] = "a/b".into(),
+            Err("load id \"a/b\" contains '/'"),
+        ),
+    ];
+    for (row, edit, want) in rows {
+        let mut v: Value =
+            serde_json::from_str(&plan(Visibility::Part, Mode::Append).to_json()).unwrap();
+        edit(&mut v);
+        expect_row(row, CommitPlan::from_json(&v.to_string()), want);
+    }
+}
+
+#[test]
+fn plan_matches_table() {
+    let recorded = plan(Visibility::Partition, Mode::Append);
+    let from = |ms: &[Manifest]| {
+        let w = validate_winners(&load(), &expected(), &lines(ms), None, true).unwrap();
+        CommitPlan::from_winners(&w, Visibility::Partition, Mode::Append)
+    };
+    let rows: Vec<(&str, CommitPlan, Result<(), &str>)> = vec![
+        ("same winners", from(&[m0(), m1(), m2()]), Ok(())),
+        ("same winners in another order", from(&[m2(), m0(), m1()]), Ok(())),
+        (
+            "another winner for a partition",
+            from(&[m0(), manifest("L", 1, "app.8", &[("202601", 0, 30)]), m2()]),
+            Err("load L partition 1: the recorded plan's winner is attempt app.7, but this commit was given attempt app.8; a load commits one set of winners"),
+        ),
+        (
+            "a partition left out",
+            from(&[m0(), m1()]),
+            Err("load L partition 2: the recorded plan's winner is attempt app.9, but this commit was given no winner"),
+        ),
+        (
+            "a partition added",
+            from(&[m0(), m1(), m2(), manifest("L", 3, "app.4", &[])]),
+            Err("load L partition 3: the recorded plan has no winner, but this commit was given attempt app.4"),
+        ),
+        (
+            "the first differing partition is named",
+            from(&[manifest("L", 0, "app.5", &[]), manifest("L", 1, "app.6", &[])]),
+            Err("load L partition 0:"),
+        ),
+        (
+            "a manifest edited since",
+            {
+                let mut m = m0();
+                m.parts[1].rows = 49;
+                m.parts[1].files[2].size = 49;
+                m.parts[1].bytes_on_disk = 61;
+                from(&[m, m1(), m2()])
+            },
+            Err("load L partition 0 attempt app.1: part 202602_"),
+        ),
+        (
+            "a manifest edited since: both versions named",
+            {
+                let mut m = m0();
+                m.parts[1].hash_of_all_files = "f".repeat(32);
+                from(&[m, m1(), m2()])
+            },
+            Err("was recorded with 50 rows, 62 bytes, hash "),
+        ),
+        (
+            "a part dropped from a manifest",
+            {
+                let mut m = m0();
+                m.parts.pop();
+                from(&[m, m1(), m2()])
+            },
+            Err("is in the recorded plan but not in this commit's manifests"),
+        ),
+        (
+            "a part added to a manifest",
+            {
+                let mut m = m0();
+                let more = manifest("L", 0, "app.1", &[("202603", 2, 5)]);
+                m.parts.push(more.parts[0].clone());
+                from(&[m, m1(), m2()])
+            },
+            Err("load L partition 0 attempt app.1: part 202603_"),
+        ),
+        (
+            "another mode",
+            CommitPlan { mode: Mode::Replace, ..recorded.clone() },
+            Err("load L: the recorded plan has mode append, this commit asks for replace"),
+        ),
+        (
+            "another visibility",
+            CommitPlan { visibility: Visibility::Part, ..recorded.clone() },
+            Err("the recorded plan has visibility partition, this commit asks for part"),
+        ),
+        (
+            "another load",
+            CommitPlan { load: "M".parse().unwrap(), ..recorded.clone() },
+            Err("the recorded plan is of load L, this commit's is of load M"),
+        ),
+    ];
+    for (row, new, want) in rows {
+        let got = plan_matches(&recorded, &new);
+        // Plans match exactly when their fingerprints do.
+        assert_eq!(
+            got.is_ok(),
+            recorded.fingerprint() == new.fingerprint(),
+            "{row}"
+        );
+        expect_row(row, got, want);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Ledger entries and decisions
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn entry_id_table() {
+    let part = plan(Visibility::Part, Mode::Append).parts[0].name.clone();
+    let pid: PartitionId = "202601".parse().unwrap();
+    type Row<'a> = (&'a str, String, Result<Option<CommitEntry>, &'a str>);
+    let rows: Vec<Row> = vec![
+        ("plan", "plan".into(), Ok(Some(CommitEntry::Plan))),
+        ("commit", "commit".into(), Ok(Some(CommitEntry::Commit))),
+        ("attach intent", format!("attach:{part}"), Ok(Some(CommitEntry::AttachIntent(part.clone())))),
+        ("attached", format!("attached:{part}"), Ok(Some(CommitEntry::Attached(part.clone())))),
+        ("publish intent", "publish:202601".into(), Ok(Some(CommitEntry::PublishIntent(pid.clone())))),
+        ("published", "published:202601".into(), Ok(Some(CommitEntry::Published(pid.clone())))),
+        ("begin's entry", "open".into(), Ok(None)),
+        ("similar word", "commits".into(), Ok(None)),
+        ("no colon", "attached".into(), Ok(None)),
+        (
+            "bad part name",
+            "attach:202601_1_1".into(),
+            Err("ledger entry id \"attach:202601_1_1\" has a commit prefix but no part name: part name"),
+        ),
+        ("attaching prefix", "attached:attaching_all_1_1_0".into(), Err("detach reason \"attaching\"")),
+        ("bad partition id", "published:2026_01".into(), Err("no partition id: partition id \"2026_01\"")),
+        ("empty partition id", "publish:".into(), Err("partition id is empty")),
+    ];
+    for (row, id, want) in rows {
+        let got = CommitEntry::parse(&id);
+        match want {
+            Ok(want) => {
+                let entry = got.unwrap_or_else(|e| panic!("{row}: {e}"));
+                assert_eq!(entry, want, "{row}");
+                if let Some(entry) = entry {
+                    assert_eq!(entry.id(), id, "{row}: round trip");
+                }
+            }
+            Err(want) => _ = expect_row(row, got, Err(want)),
+        }
+    }
+}
+
+#[test]
+fn progress_from_entry_ids() {
+    let p = plan(Visibility::Partition, Mode::Append);
+    let (a, b) = (&p.parts[0].name, &p.parts[1].name);
+    let ids = [
+        "open".to_string(),
+        "plan".into(),
+        format!("attach:{a}"),
+        format!("attached:{a}"),
+        format!("attach:{b}"),
+        format!("attached:{a}"),
+        "publish:202601".into(),
+    ];
+    let progress = CommitProgress::from_entry_ids(ids.iter().map(String::as_str)).unwrap();
+    assert_eq!(progress.attach_intents, [a.clone(), b.clone()].into());
+    assert_eq!(progress.attached, [a.clone()].into());
+    assert_eq!(progress.publish_intents, ["202601".parse().unwrap()].into());
+    assert!(progress.published.is_empty() && !progress.committed);
+    let err = CommitProgress::from_entry_ids(["plan", "attached:x"]).unwrap_err();
+    assert!(err.to_string().contains("\"attached:x\""), "{err}");
+}
+
+#[test]
+fn decide_part_table() {
+    use PartStep::*;
+    let f = |recorded_attached, attach_intent, in_detached, attaching_leftover, hash_active| {
+        PartFacts {
+            recorded_attached,
+            attach_intent,
+            in_detached,
+            attaching_leftover,
+            hash_active_in_attach_table: hash_active,
+        }
+    };
+    // (situation, facts: recorded, intent, in detached, attaching_ leftover, hash active)
+    let rows = [
+        ("not started", f(false, false, true, false, false), Attach),
+        (
+            "intent written, ATTACH not sent",
+            f(false, true, true, false, false),
+            Attach,
+        ),
+        (
+            "ATTACH failed before claiming it",
+            f(false, true, true, false, false),
+            Attach,
+        ),
+        ("ATTACH in flight", f(false, true, false, true, false), Wait),
+        (
+            "server died inside ATTACH",
+            f(false, true, false, true, false),
+            Wait,
+        ),
+        (
+            "attached, not recorded",
+            f(false, true, false, false, true),
+            RecordAttached,
+        ),
+        (
+            "attached, then merged or moved",
+            f(false, true, false, false, false),
+            RecordAttached,
+        ),
+        (
+            "attached by a commit that lost its intent",
+            f(false, false, false, false, true),
+            RecordAttached,
+        ),
+        ("recorded", f(true, true, false, false, true), Skip),
+        (
+            "recorded, then moved away",
+            f(true, true, false, false, false),
+            Skip,
+        ),
+        (
+            "removed by someone",
+            f(false, false, false, false, false),
+            Lost,
+        ),
+        (
+            "identical content attached, this copy still detached",
+            f(false, false, true, false, true),
+            Attach,
+        ),
+        (
+            "a copy re-published while another ATTACH holds one",
+            f(false, true, true, true, false),
+            Wait,
+        ),
+    ];
+    for (row, facts, want) in rows {
+        assert_eq!(decide_part(&facts), want, "{row}");
+    }
+    // Every combination: ATTACH is sent only for a part sitting in detached/ that no ATTACH
+    // holds and that is not recorded; a part is recorded attached only once it left detached/
+    // without a leftover and with evidence of an ATTACH.
+    for bits in 0..32u8 {
+        let facts = f(
+            bits & 1 != 0,
+            bits & 2 != 0,
+            bits & 4 != 0,
+            bits & 8 != 0,
+            bits & 16 != 0,
+        );
+        let step = decide_part(&facts);
+        assert_eq!(step == Skip, facts.recorded_attached, "{facts:?}");
+        if step == Attach {
+            assert!(
+                facts.in_detached && !facts.attaching_leftover && !facts.recorded_attached,
+                "{facts:?}"
+            );
+        }
+        if step == RecordAttached {
+            assert!(!facts.in_detached && !facts.attaching_leftover, "{facts:?}");
+            assert!(
+                facts.attach_intent || facts.hash_active_in_attach_table,
+                "{facts:?}"
+            );
+        }
+        if step == Wait {
+            assert!(
+                facts.attaching_leftover && !facts.recorded_attached,
+                "{facts:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn error_types_stay_small() {
+    // Callers return these in `Result`s; clippy's large-error lint fires above 128 bytes.
+    let sizes = [
+        ("WinnersError", std::mem::size_of::<WinnersError>()),
+        ("PlanError", std::mem::size_of::<PlanError>()),
+        ("PlanConflict", std::mem::size_of::<PlanConflict>()),
+        ("EntryIdError", std::mem::size_of::<EntryIdError>()),
+        ("PartLost", std::mem::size_of::<PartLost>()),
+        ("PartitionBroken", std::mem::size_of::<PartitionBroken>()),
+        ("RowMismatch", std::mem::size_of::<RowMismatch>()),
+    ];
+    for (name, size) in sizes {
+        assert!(size <= 128, "{name} is {size} bytes");
+    }
+}
+
+#[test]
+fn part_lost_message() {
+    let p = plan(Visibility::Part, Mode::Append);
+    let msg = PartLost::new(&p, &p.parts[1]).to_string();
+    let want = format!(
+        "load L partition 1 attempt app.7: part {} is lost: it is not in detached/",
+        p.parts[1].name
+    );
+    assert!(msg.starts_with(&want), "{msg}");
+    assert!(msg.contains(&p.parts[1].hash_of_all_files), "{msg}");
+}
+
+#[test]
+fn decide_partition_table() {
+    use Mode::{Append, Replace as ReplaceMode};
+    use PartitionStep::{Broken, Move, RecordPublished, Replace, Skip};
+    let f = |recorded_published, shadow_rows, target_has_plan_hashes| PartitionFacts {
+        recorded_published,
+        shadow_rows,
+        planned_rows: 100,
+        target_has_plan_hashes,
+    };
+    // (situation, mode, facts: recorded, shadow rows of 100 planned, target hashes = shadow's)
+    let rows = [
+        ("append: not moved yet", Append, f(false, 100, false), Move),
+        (
+            "append: intent written, MOVE not sent",
+            Append,
+            f(false, 100, false),
+            Move,
+        ),
+        (
+            "append: moved, not recorded",
+            Append,
+            f(false, 0, false),
+            RecordPublished,
+        ),
+        (
+            "append: a second MOVE moved nothing",
+            Append,
+            f(false, 0, false),
+            RecordPublished,
+        ),
+        ("append: recorded", Append, f(true, 0, false), Skip),
+        (
+            "append: part of it gone",
+            Append,
+            f(false, 40, false),
+            Broken,
+        ),
+        (
+            "append: more than planned",
+            Append,
+            f(false, 101, false),
+            Broken,
+        ),
+        (
+            "replace: not replaced yet",
+            ReplaceMode,
+            f(false, 100, false),
+            Replace,
+        ),
+        (
+            "replace: replaced, not recorded",
+            ReplaceMode,
+            f(false, 100, true),
+            RecordPublished,
+        ),
+        (
+            "replace: crashed inside REPLACE (old and new parts)",
+            ReplaceMode,
+            f(false, 100, false),
+            Replace,
+        ),
+        (
+            "replace: replaced, then merged in the target",
+            ReplaceMode,
+            f(false, 100, false),
+            Replace,
+        ),
+        ("replace: recorded", ReplaceMode, f(true, 100, true), Skip),
+        (
+            "replace: shadow emptied (would wipe the partition)",
+            ReplaceMode,
+            f(false, 0, false),
+            Broken,
+        ),
+        (
+            "replace: shadow partly gone",
+            ReplaceMode,
+            f(false, 60, true),
+            Broken,
+        ),
+        (
+            "replace: more than planned",
+            ReplaceMode,
+            f(false, 130, false),
+            Broken,
+        ),
+    ];
+    for (row, mode, facts, want) in rows {
+        assert_eq!(decide_partition(mode, &facts), want, "{row}");
+    }
+}
+
+#[test]
+#[should_panic(expected = "a planned partition always has rows")]
+fn decide_partition_refuses_a_partition_without_rows() {
+    decide_partition(Mode::Append, &PartitionFacts::default());
+}
+
+#[test]
+fn partition_broken_message() {
+    let p = plan(Visibility::Partition, Mode::Append);
+    let id: PartitionId = "202601".parse().unwrap();
+    let facts = PartitionFacts {
+        shadow_rows: 30,
+        planned_rows: 130,
+        ..PartitionFacts::default()
+    };
+    let msg = PartitionBroken::new(&p, &id, &facts).to_string();
+    assert!(
+        msg.starts_with("load L partition 202601 (append mode): the shadow table holds 30 rows of it, but the plan put 130 there and a MOVE leaves all or none"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn reconcile_rows_table() {
+    let p = plan(Visibility::Partition, Mode::Append);
+    type Row<'a> = (&'a str, Vec<(&'a str, u64)>, Result<(), &'a str>);
+    let rows: Vec<Row> = vec![
+        ("exact", vec![("202601", 130), ("202602", 50)], Ok(())),
+        (
+            "a part's rows missing",
+            vec![("202601", 100), ("202602", 50)],
+            Err("load L: rows attached differ from the plan in 1 partition\n  - partition 202601: the winners' parts hold 130 rows, 100 are attached"),
+        ),
+        (
+            "a partition not attached at all",
+            vec![("202601", 130)],
+            Err("partition 202602: the winners' parts hold 50 rows, 0 are attached"),
+        ),
+        (
+            "rows in an unplanned partition",
+            vec![("202601", 130), ("202602", 50), ("202603", 7)],
+            Err("partition 202603: the winners' parts hold 0 rows, 7 are attached"),
+        ),
+        (
+            "every difference listed",
+            vec![("202601", 131), ("202602", 49)],
+            Err("in 2 partitions\n  - partition 202601: the winners' parts hold 130 rows, 131 are attached\n  - partition 202602: the winners' parts hold 50 rows, 49"),
+        ),
+    ];
+    for (row, attached, want) in rows {
+        let attached: BTreeMap<PartitionId, u64> = attached
+            .into_iter()
+            .map(|(id, n)| (id.parse().unwrap(), n))
+            .collect();
+        expect_row(row, reconcile_rows(&p, &attached), want);
+    }
+    let empty = CommitPlan::from_winners(
+        &winners(&[manifest("L", 0, "app.9", &[])]),
+        Visibility::Part,
+        Mode::Append,
+    );
+    assert!(reconcile_rows(&empty, &BTreeMap::new()).is_ok());
+}
+
+#[test]
+fn phase_of_a_plan_without_parts() {
+    let empty = CommitPlan::from_winners(
+        &winners(&[manifest("L", 0, "app.9", &[])]),
+        Visibility::Partition,
+        Mode::Append,
+    );
+    let progress = CommitProgress::default();
+    assert_eq!(
+        commit_phase(Some(&empty), &progress),
+        CommitPhase::MarkCommitted
+    );
+    assert_eq!(commit_phase(None, &progress), CommitPhase::NeedsPlan);
+}
+
+#[test]
+fn phase_ignores_entries_outside_the_plan() {
+    let p = plan(Visibility::Part, Mode::Append);
+    let stray = detached_part_name(
+        &load(),
+        &"app.2".parse().unwrap(),
+        &"202601".parse().unwrap(),
+        0,
+    );
+    let mut progress = CommitProgress::default();
+    progress.record(CommitEntry::Attached(stray));
+    assert_eq!(
+        commit_phase(Some(&p), &progress),
+        CommitPhase::AttachParts {
+            pending: p.parts.iter().map(|x| x.name.clone()).collect()
+        }
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Crash points and races, run against the model in `sim`
+// ---------------------------------------------------------------------------------------------
+
+/// Kills a commit right after each step it takes, resumes it, and checks where the resumed
+/// commit says it is, what it does first, and that it ends committed exactly once.
+#[test]
+fn crash_point_table() {
+    use sim::Merge::{self, *};
+    use Mode::{Append, Replace};
+    use Visibility::{Part, Partition};
+    // (crash point, visibility, mode, killed right after this step (None: before the first),
+    //  merges between the crash and the resume, expected phase on resume, first step on resume)
+    type Row<'a> = (
+        &'a str,
+        Visibility,
+        Mode,
+        Option<&'a str>,
+        Merge,
+        &'a str,
+        &'a str,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "killed before the plan entry",
+            Partition,
+            Append,
+            None,
+            Unmerged,
+            "NeedsPlan",
+            "plan",
+        ),
+        (
+            "after the plan entry",
+            Partition,
+            Append,
+            Some("plan"),
+            Unmerged,
+            "AttachParts(3)",
+            "intent part 0",
+        ),
+        (
+            "after an attach: intent, before the ATTACH",
+            Partition,
+            Append,
+            Some("intent part 0"),
+            Unmerged,
+            "AttachParts(3)",
+            "ATTACH part 0",
+        ),
+        (
+            "after the ATTACH, before attached:",
+            Partition,
+            Append,
+            Some("ATTACH part 0"),
+            Unmerged,
+            "AttachParts(3)",
+            "attached part 0",
+        ),
+        (
+            "after the ATTACH, before attached:, part merged since",
+            Partition,
+            Append,
+            Some("ATTACH part 0"),
+            AttachTable,
+            "AttachParts(3)",
+            "attached part 0",
+        ),
+        (
+            "between parts",
+            Partition,
+            Append,
+            Some("attached part 0"),
+            Unmerged,
+            "AttachParts(2)",
+            "intent part 1",
+        ),
+        (
+            "after the second part's ATTACH",
+            Partition,
+            Append,
+            Some("ATTACH part 1"),
+            AttachTable,
+            "AttachParts(2)",
+            "attached part 1",
+        ),
+        (
+            "after all parts attached",
+            Partition,
+            Append,
+            Some("attached part 2"),
+            Unmerged,
+            "PublishPartitions(2)",
+            "intent 202601",
+        ),
+        (
+            "after a publish: intent, before the MOVE",
+            Partition,
+            Append,
+            Some("intent 202601"),
+            Unmerged,
+            "PublishPartitions(2)",
+            "MOVE 202601",
+        ),
+        (
+            "after the MOVE, before published:",
+            Partition,
+            Append,
+            Some("MOVE 202601"),
+            Unmerged,
+            "PublishPartitions(2)",
+            "published 202601",
+        ),
+        (
+            "between partitions",
+            Partition,
+            Append,
+            Some("published 202601"),
+            Unmerged,
+            "PublishPartitions(1)",
+            "intent 202602",
+        ),
+        (
+            "after all published, before commit",
+            Partition,
+            Append,
+            Some("published 202602"),
+            Unmerged,
+            "MarkCommitted",
+            "commit",
+        ),
+        (
+            "after commit: a re-run is a no-op",
+            Partition,
+            Append,
+            Some("commit"),
+            Unmerged,
+            "Done",
+            "nothing",
+        ),
+        (
+            "replace: after the plan entry",
+            Partition,
+            Replace,
+            Some("plan"),
+            Unmerged,
+            "AttachParts(3)",
+            "intent part 0",
+        ),
+        (
+            "replace: after all parts attached",
+            Partition,
+            Replace,
+            Some("attached part 2"),
+            AttachTable,
+            "PublishPartitions(2)",
+            "intent 202601",
+        ),
+        (
+            "replace: after a publish: intent, before the REPLACE",
+            Partition,
+            Replace,
+            Some("intent 202601"),
+            Unmerged,
+            "PublishPartitions(2)",
+            "REPLACE 202601",
+        ),
+        (
+            "replace: after the REPLACE, before published:",
+            Partition,
+            Replace,
+            Some("REPLACE 202601"),
+            Unmerged,
+            "PublishPartitions(2)",
+            "published 202601",
+        ),
+        (
+            "replace: after the REPLACE, target merged since: REPLACE again",
+            Partition,
+            Replace,
+            Some("REPLACE 202601"),
+            Target,
+            "PublishPartitions(2)",
+            "REPLACE 202601",
+        ),
+        (
+            "replace: after all published, before commit",
+            Partition,
+            Replace,
+            Some("published 202602"),
+            Unmerged,
+            "MarkCommitted",
+            "commit",
+        ),
+        (
+            "replace: after commit",
+            Partition,
+            Replace,
+            Some("commit"),
+            Unmerged,
+            "Done",
+            "nothing",
+        ),
+        (
+            "part visibility: killed before the plan entry",
+            Part,
+            Append,
+            None,
+            Unmerged,
+            "NeedsPlan",
+            "plan",
+        ),
+        (
+            "part visibility: after an attach: intent",
+            Part,
+            Append,
+            Some("intent part 0"),
+            Unmerged,
+            "AttachParts(3)",
+            "ATTACH part 0",
+        ),
+        (
+            "part visibility: after the ATTACH, before attached:",
+            Part,
+            Append,
+            Some("ATTACH part 0"),
+            Unmerged,
+            "AttachParts(3)",
+            "attached part 0",
+        ),
+        (
+            "part visibility: after the ATTACH, merged with older rows",
+            Part,
+            Append,
+            Some("ATTACH part 0"),
+            AttachTable,
+            "AttachParts(3)",
+            "attached part 0",
+        ),
+        (
+            "part visibility: between parts",
+            Part,
+            Append,
+            Some("attached part 1"),
+            Unmerged,
+            "AttachParts(1)",
+            "intent part 2",
+        ),
+        (
+            "part visibility: after all parts attached, before commit",
+            Part,
+            Append,
+            Some("attached part 2"),
+            Unmerged,
+            "MarkCommitted",
+            "commit",
+        ),
+        (
+            "part visibility: after commit",
+            Part,
+            Append,
+            Some("commit"),
+            Unmerged,
+            "Done",
+            "nothing",
+        ),
+    ];
+    for (row, visibility, mode, crash_after, merge, want_phase, want_first) in rows {
+        let plan = plan(visibility, mode);
+        // A clean run, to find the step to crash after.
+        let mut clean = sim::World::new(&plan);
+        let steps = sim::run(&mut clean, &plan, usize::MAX);
+        sim::assert_committed(&clean, &plan, row);
+        let budget = match crash_after {
+            None => 0,
+            Some(step) => {
+                1 + steps
+                    .iter()
+                    .position(|s| s == step)
+                    .unwrap_or_else(|| panic!("{row}: no step {step:?} in {steps:?}"))
+            }
+        };
+        let mut world = sim::World::new(&plan);
+        let done = sim::run(&mut world, &plan, budget);
+        assert_eq!(done, steps[..budget], "{row}: steps before the crash");
+        world.merge(merge);
+        assert_eq!(sim::phase(&world), want_phase, "{row}: phase on resume");
+        assert_eq!(
+            sim::describe(&plan, &sim::next(&world, &plan)),
+            want_first,
+            "{row}: first step on resume"
+        );
+        let resumed = sim::run(&mut world, &plan, usize::MAX);
+        sim::assert_committed(&world, &plan, row);
+        assert!(
+            !resumed
+                .iter()
+                .any(|s| done.contains(s) && s.starts_with("ATTACH")),
+            "{row}: an ATTACH was sent again on resume: {done:?} then {resumed:?}"
+        );
+        // A third run finds nothing to do.
+        assert_eq!(
+            sim::run(&mut world, &plan, usize::MAX),
+            Vec::<String>::new(),
+            "{row}"
+        );
+    }
+}
+
+/// Two commits racing on one part. The server claims a detached part when an ATTACH starts
+/// (renaming it to `attaching_<name>`) and finishes it later; each commit observes, decides with
+/// `decide_part`, and acts only on its own last decision.
+#[test]
+fn concurrent_attach_table() {
+    use sim::Race::*;
+    use PartStep::*;
+    // (race, steps, times the part ends up attached, attaching_ leftover at the end)
+    let rows: Vec<(&str, Vec<sim::Race>, u32, bool)> = vec![
+        (
+            "B observes after A's ATTACH finished",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Finish,
+                Observe('B', RecordAttached),
+                Record('B'),
+                Observe('A', Skip),
+            ],
+            1,
+            false,
+        ),
+        (
+            "B observes while A's ATTACH holds the part",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Observe('B', Wait),
+                Finish,
+                Observe('B', RecordAttached),
+                Record('B'),
+            ],
+            1,
+            false,
+        ),
+        (
+            "both see it in detached/, A claims first, B's ATTACH finds nothing",
+            vec![
+                Observe('A', Attach),
+                Observe('B', Attach),
+                Intent('A'),
+                Intent('B'),
+                Send('A', true),
+                Send('B', false),
+                Observe('B', Wait),
+                Finish,
+                Observe('B', RecordAttached),
+                Observe('A', RecordAttached),
+                Record('A'),
+            ],
+            1,
+            false,
+        ),
+        (
+            "both see it, A finishes before B sends, B's ATTACH finds nothing",
+            vec![
+                Observe('A', Attach),
+                Observe('B', Attach),
+                Intent('B'),
+                Send('A', true),
+                Finish,
+                Send('B', false),
+                Observe('B', RecordAttached),
+                Record('B'),
+            ],
+            1,
+            false,
+        ),
+        (
+            "A's ATTACH times out but went through: A observes instead of re-sending",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Finish,
+                Observe('A', RecordAttached),
+                Record('A'),
+            ],
+            1,
+            false,
+        ),
+        (
+            "A's ATTACH times out while still running: A waits",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Observe('A', Wait),
+                Observe('A', Wait),
+                Finish,
+                Observe('A', RecordAttached),
+            ],
+            1,
+            false,
+        ),
+        (
+            "the server died inside A's ATTACH: nobody touches the leftover",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Observe('A', Wait),
+                Observe('B', Wait),
+                Observe('A', Wait),
+            ],
+            0,
+            true,
+        ),
+        (
+            "A died after its intent, B attaches",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Observe('B', Attach),
+                Send('B', true),
+                Finish,
+                Observe('B', RecordAttached),
+                Record('B'),
+            ],
+            1,
+            false,
+        ),
+        (
+            "A attached and the part merged before B observes",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Finish,
+                MergeAll,
+                Observe('B', RecordAttached),
+                Record('B'),
+            ],
+            1,
+            false,
+        ),
+        (
+            "A recorded it, B comes late",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Finish,
+                Observe('A', RecordAttached),
+                Record('A'),
+                Observe('B', Skip),
+            ],
+            1,
+            false,
+        ),
+    ];
+    for (row, steps, attached, leftover) in rows {
+        let plan = plan(Visibility::Partition, Mode::Append);
+        let world = sim::race(&plan, &steps, row);
+        let part = &plan.parts[0].name;
+        assert_eq!(world.attached_count(part), attached, "{row}");
+        assert_eq!(world.has_leftover(part), leftover, "{row}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Two commits of one load interleaved at random, each acting on decisions that may be
+    /// stale by the time it acts, with ATTACHes that finish whenever the server gets to them
+    /// and merges at any time: every planned part is attached exactly once, no loser's part
+    /// ever, and the target ends with exactly the planned rows.
+    #[test]
+    fn racing_commits_attach_each_part_once(
+        visibility in prop::sample::select(vec![Visibility::Partition, Visibility::Part]),
+        mode in prop::sample::select(vec![Mode::Append, Mode::Replace]),
+        schedule in prop::collection::vec(0u8..8, 0..160),
+    ) {
+        let plan = plan(visibility, mode);
+        sim::race_randomly(&plan, &schedule);
+    }
+}

@@ -1,0 +1,743 @@
+//! `commit`: attach exactly the winning attempts' parts, resumably, and make them visible.
+//!
+//! ```text
+//!  winners (what collect() returned) ─► validate ─► verify in detached/ ─► ledger: plan
+//!     ─► per part: observe ─► decide_part ─► [attach: intent] ─► ATTACH PART ─► [attached:]
+//!     ─► (partition visibility) per partition: observe ─► decide_partition
+//!            ─► [publish: intent] ─► MOVE PARTITION / REPLACE PARTITION ─► [published:]
+//!     ─► ledger: commit
+//! ```
+//!
+//! Every decision is made by the pure functions of `chpart_core::commit` from the ledger and
+//! a fresh observation of the server, never from memory of what this process sent: a commit
+//! killed at any point (or two commits racing) re-observes and continues. ATTACH is never
+//! re-sent after an unclear outcome; the server claims a detached part by renaming it, so a
+//! part can be attached at most once, and the next observation tells what happened.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use chpart_core::commit::{
+    commit_phase, decide_part, decide_partition, plan_matches, reconcile_rows, validate_winners,
+    CommitEntry, CommitPhase, CommitPlan, CommitProgress, Expected, PartFacts, PartLost, PartStep,
+    PartitionBroken, PartitionFacts, PartitionStep, PlanConflict, PlanError, RowMismatch, Winners,
+    WinnersError, PLAN_ENTRY,
+};
+use chpart_core::{AttemptId, LoadId, PartitionId, RemotePath, StagingLayout, TableRef};
+use chpart_remote::RemoteFs;
+use chpart_server::{quote_str, quote_table, ServerError};
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::{kind, LoadSpec, LoadState, LoadView, Mode, Visibility};
+use crate::observe::{crash_point, table_parts, verify_part, Verify, VerifyError};
+use crate::snapshot::TableSnapshot;
+use crate::store::{Ledger, LedgerStoreError};
+use crate::FailureKind;
+
+/// How many observe-decide rounds a commit waits for parts another process holds.
+const MAX_ROUNDS: u32 = 60;
+/// Pause between rounds.
+const ROUND_PAUSE: Duration = Duration::from_millis(500);
+
+/// One `commit` invocation.
+pub struct CommitRequest {
+    /// The load.
+    pub load: LoadId,
+    /// The winning manifests as (line number, JSON text): exactly what the tasks printed and
+    /// `collect()` returned.
+    pub winners: Vec<(usize, String)>,
+    /// How parts are compared with their manifests before anything becomes visible.
+    pub verify: Verify,
+    /// Spark partitions 0..n must all have a winner.
+    pub expected_partitions: Option<u32>,
+    /// Accept a load with partitions missing.
+    pub allow_missing: bool,
+    /// If given, must equal the load's visibility (chosen at `begin`).
+    pub visibility: Option<Visibility>,
+}
+
+/// What `commit` works with.
+pub struct CommitEnv<'a> {
+    /// The ledger (and through it the server).
+    pub ledger: &'a Ledger,
+    /// The server's filesystem (for verification).
+    pub fs: &'a dyn RemoteFs,
+    /// The configured staging root.
+    pub staging: StagingLayout,
+}
+
+/// What a committed load holds; printed by `commit` and recorded in the `commit` entry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CommitSummary {
+    /// The load.
+    pub load: LoadId,
+    /// The target table.
+    pub table: TableRef,
+    /// Append or replace.
+    pub mode: Mode,
+    /// Partition or part visibility.
+    pub visibility: Visibility,
+    /// ClickHouse partitions the load touched.
+    pub partitions: usize,
+    /// Parts attached.
+    pub parts: usize,
+    /// Rows attached.
+    pub rows: u64,
+    /// The winning attempt of each Spark partition.
+    pub winners: Vec<(u32, AttemptId)>,
+}
+
+/// The result of `commit`.
+#[derive(Debug, Clone)]
+pub struct CommitOutcome {
+    /// The load's summary.
+    pub summary: CommitSummary,
+    /// Whether the load was already committed (this run changed nothing).
+    pub already_committed: bool,
+    /// Parts this run attached itself (the rest were attached by an earlier or a concurrent run).
+    pub attached_now: usize,
+    /// Seconds this run took.
+    pub seconds: f64,
+}
+
+/// Why a commit did not finish. Nothing is made visible before the checks pass; a failure after
+/// the plan is recorded is resumed by running `commit` again.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The load was never begun.
+    #[error("load {0} was never begun")]
+    NotBegun(LoadId),
+    /// The load was aborted.
+    #[error("load {0} is aborted: it cannot be committed")]
+    Aborted(LoadId),
+    /// `--visibility` differs from the load's.
+    #[error(
+        "load {load} was begun with visibility {begun}; --visibility {asked} cannot change it"
+    )]
+    VisibilityMismatch {
+        /// The load.
+        load: LoadId,
+        /// At begin.
+        begun: Visibility,
+        /// Asked now.
+        asked: Visibility,
+    },
+    /// The winners are not acceptable.
+    #[error(transparent)]
+    Winners(Box<WinnersError>),
+    /// The winners differ from the plan a previous commit recorded.
+    #[error("load {load}: a commit with other winners is already recorded: {conflict}")]
+    PlanConflict {
+        /// The load.
+        load: LoadId,
+        /// The first difference.
+        conflict: Box<PlanConflict>,
+    },
+    /// The recorded plan cannot be read.
+    #[error("load {load}: the recorded plan: {error}")]
+    Plan {
+        /// The load.
+        load: LoadId,
+        /// Why.
+        error: Box<PlanError>,
+    },
+    /// A published part differs from its manifest.
+    #[error(transparent)]
+    Verify(Box<VerifyError>),
+    /// A winning part is not in detached/ (never published, or removed).
+    #[error("load {load}: part {part} of attempt {attempt} (partition {partition}) is not in {table}'s detached/")]
+    NotPublished {
+        /// The load.
+        load: LoadId,
+        /// The part.
+        part: String,
+        /// Its attempt.
+        attempt: AttemptId,
+        /// Its Spark partition.
+        partition: u32,
+        /// The publish table.
+        table: TableRef,
+    },
+    /// The table changed since `begin`.
+    #[error("load {load}: table {table} changed since the load began (fingerprint {was} then, {now} now): the parts were built for the old definition")]
+    TableChanged {
+        /// The load.
+        load: LoadId,
+        /// The table.
+        table: TableRef,
+        /// At begin.
+        was: String,
+        /// Now.
+        now: String,
+    },
+    /// The table has unfinished mutations, which attached parts could miss.
+    #[error("load {load}: table {table} has {count} unfinished mutation(s) (system.mutations); wait for them before committing")]
+    PendingMutations {
+        /// The load.
+        load: LoadId,
+        /// The table.
+        table: TableRef,
+        /// How many.
+        count: u64,
+    },
+    /// A part vanished without being attached.
+    #[error(transparent)]
+    PartLost(Box<PartLost>),
+    /// A partition is in a state chpart cannot explain.
+    #[error(transparent)]
+    PartitionBroken(Box<PartitionBroken>),
+    /// Another process holds a part for too long.
+    #[error("load {load}: part {part} stays claimed (detached/attaching_{part}) by another commit or a crashed ATTACH; re-run commit later")]
+    Stuck {
+        /// The load.
+        load: LoadId,
+        /// The part.
+        part: String,
+    },
+    /// The load's spec cannot be committed by this chpart.
+    #[error("load {load}: {message}")]
+    Unsupported {
+        /// The load.
+        load: LoadId,
+        /// Why.
+        message: String,
+    },
+    /// Rows do not add up.
+    #[error(transparent)]
+    Rows(Box<RowMismatch>),
+    /// A server call failed.
+    #[error(transparent)]
+    Server(Box<ServerError>),
+    /// The ledger failed.
+    #[error(transparent)]
+    Ledger(#[from] LedgerStoreError),
+}
+
+impl From<ServerError> for CommitError {
+    fn from(e: ServerError) -> Self {
+        CommitError::Server(Box::new(e))
+    }
+}
+
+impl CommitError {
+    /// What the failure means for the caller.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            CommitError::Aborted(_) => FailureKind::Fenced,
+            CommitError::VisibilityMismatch { .. } => FailureKind::Usage,
+            CommitError::Server(e) => crate::server_failure(e),
+            CommitError::Ledger(e) => e.kind(),
+            CommitError::Stuck { .. } | CommitError::PendingMutations { .. } => {
+                FailureKind::Retryable
+            }
+            _ => FailureKind::Permanent,
+        }
+    }
+}
+
+fn recorded_plan(view: &LoadView, load: &LoadId) -> Result<Option<CommitPlan>, CommitError> {
+    view.entries
+        .iter()
+        .find(|e| e.entry_id == PLAN_ENTRY)
+        .map(|e| {
+            CommitPlan::from_json(&e.body).map_err(|error| CommitError::Plan {
+                load: load.clone(),
+                error: Box::new(error),
+            })
+        })
+        .transpose()
+}
+
+fn progress_of(view: &LoadView) -> CommitProgress {
+    CommitProgress::from_entry_ids(view.entries.iter().map(|e| e.entry_id.as_str()))
+        .unwrap_or_default()
+}
+
+fn committed_summary(view: &LoadView) -> Option<CommitSummary> {
+    view.entries
+        .iter()
+        .find(|e| e.kind == kind::LOAD_COMMITTED)
+        .and_then(|e| serde_json::from_str(&e.body).ok())
+}
+
+fn summary_of(spec: &LoadSpec, plan: &CommitPlan) -> CommitSummary {
+    CommitSummary {
+        load: spec.load.clone(),
+        table: spec.target.clone(),
+        mode: spec.mode,
+        visibility: spec.visibility,
+        partitions: plan.partitions.len(),
+        parts: plan.parts.len(),
+        rows: plan.total_rows,
+        winners: plan.winners.clone(),
+    }
+}
+
+/// The table still has the definition the parts were built for, and no mutation is pending.
+async fn check_table(
+    env: &CommitEnv<'_>,
+    load: &LoadId,
+    table: &TableRef,
+    snapshot: &TableSnapshot,
+) -> Result<(), CommitError> {
+    let server = env.ledger.server();
+    let (db, name) = (table.database.as_str(), table.table.as_str());
+    let info = server
+        .table_info(db, name)
+        .await?
+        .ok_or_else(|| CommitError::TableChanged {
+            load: load.clone(),
+            table: table.clone(),
+            was: snapshot.fingerprint.to_string(),
+            now: "(table dropped)".into(),
+        })?;
+    let now = TableSnapshot::from_server(&info, &server.columns(db, name).await?);
+    if now.fingerprint != snapshot.fingerprint {
+        return Err(CommitError::TableChanged {
+            load: load.clone(),
+            table: table.clone(),
+            was: snapshot.fingerprint.to_string(),
+            now: now.fingerprint.to_string(),
+        });
+    }
+    let count = server.pending_mutations(db, name).await?;
+    if count > 0 {
+        return Err(CommitError::PendingMutations {
+            load: load.clone(),
+            table: table.clone(),
+            count,
+        });
+    }
+    Ok(())
+}
+
+async fn record(
+    env: &CommitEnv<'_>,
+    load: &LoadId,
+    progress: &mut CommitProgress,
+    entry: CommitEntry,
+    kind: &str,
+) -> Result<(), CommitError> {
+    env.ledger.append(load, &entry.id(), kind, "{}").await?;
+    progress.record(entry);
+    Ok(())
+}
+
+/// Commits `req.load` with exactly `req.winners`, or finishes a commit that was interrupted.
+pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOutcome, CommitError> {
+    let started = Instant::now();
+    let load = req.load.clone();
+    let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
+    let spec = match (&view.state, &view.spec) {
+        (LoadState::Unknown, _) | (LoadState::Open, None) => {
+            return Err(CommitError::NotBegun(load))
+        }
+        (LoadState::Aborted, _) => return Err(CommitError::Aborted(load)),
+        (LoadState::Committed, Some(spec)) => {
+            let summary = committed_summary(&view).unwrap_or_else(|| CommitSummary {
+                load: load.clone(),
+                table: spec.target.clone(),
+                mode: spec.mode,
+                visibility: spec.visibility,
+                partitions: 0,
+                parts: 0,
+                rows: 0,
+                winners: Vec::new(),
+            });
+            return Ok(CommitOutcome {
+                summary,
+                already_committed: true,
+                attached_now: 0,
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+        (LoadState::Committed, None) => return Err(CommitError::NotBegun(load)),
+        (LoadState::Open, Some(spec)) => spec.clone(),
+    };
+    if let Some(asked) = req.visibility {
+        if asked != spec.visibility {
+            return Err(CommitError::VisibilityMismatch {
+                load,
+                begun: spec.visibility,
+                asked,
+            });
+        }
+    }
+    let data_path = RemotePath::new(
+        spec.publish_snapshot
+            .data_paths
+            .first()
+            .map(String::as_str)
+            .unwrap_or(""),
+    )
+    .map_err(|e| CommitError::Unsupported {
+        load: load.clone(),
+        message: format!("publish table data path: {e}"),
+    })?;
+    let expected = Expected {
+        publish: spec.publish.clone(),
+        fingerprint: spec.publish_snapshot.fingerprint.clone(),
+        data_path: data_path.clone(),
+        staging: env.staging.clone(),
+        host: spec.host.clone(),
+    };
+    let winners = validate_winners(
+        &load,
+        &expected,
+        &req.winners,
+        req.expected_partitions,
+        req.allow_missing,
+    )
+    .map_err(|e| CommitError::Winners(Box::new(e)))?;
+    let new_plan = CommitPlan::from_winners(&winners, spec.visibility, spec.mode);
+
+    // Nothing becomes visible unless the tables are as the parts expect and every part still
+    // waiting in detached/ is exactly what its manifest says.
+    check_table(env, &load, &spec.publish, &spec.publish_snapshot).await?;
+    if spec.publish != spec.target {
+        check_table(env, &load, &spec.target, &spec.target_snapshot).await?;
+    }
+    let mut progress = progress_of(&view);
+    verify_waiting_parts(env, &spec, &winners, &progress, req.verify, &data_path).await?;
+
+    let plan = match recorded_plan(&view, &load)? {
+        Some(recorded) => {
+            plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
+                load: load.clone(),
+                conflict: Box::new(c),
+            })?;
+            recorded
+        }
+        None => {
+            env.ledger
+                .append(&load, PLAN_ENTRY, kind::COMMIT_PLANNED, &new_plan.to_json())
+                .await?;
+            crash_point("after-plan");
+            // Another commit may have recorded its plan first: the first one counts.
+            let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
+            let recorded = recorded_plan(&view, &load)?.unwrap_or_else(|| new_plan.clone());
+            plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
+                load: load.clone(),
+                conflict: Box::new(c),
+            })?;
+            progress = progress_of(&view);
+            recorded
+        }
+    };
+
+    let mut attached_now = 0;
+    loop {
+        match commit_phase(Some(&plan), &progress) {
+            CommitPhase::NeedsPlan => unreachable!("the plan is recorded above"),
+            CommitPhase::AttachParts { .. } => {
+                attached_now += attach_parts(env, &spec, &plan, &mut progress).await?;
+                reconcile_attached(env, &spec, &plan).await?;
+                // A concurrent commit may have moved on meanwhile: continue from the ledger.
+                progress = progress_of(&env.ledger.view(&load, crate::KNOWN_KINDS).await?);
+            }
+            CommitPhase::PublishPartitions { .. } => {
+                publish_partitions(env, &spec, &plan, &mut progress).await?
+            }
+            CommitPhase::MarkCommitted => {
+                let summary = summary_of(&spec, &plan);
+                crash_point("before-commit");
+                let body = serde_json::to_string(&summary).expect("a summary serializes");
+                env.ledger
+                    .append(
+                        &load,
+                        &CommitEntry::Commit.id(),
+                        kind::LOAD_COMMITTED,
+                        &body,
+                    )
+                    .await?;
+                let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
+                if view.state != LoadState::Committed {
+                    return Err(CommitError::Aborted(load));
+                }
+                return Ok(CommitOutcome {
+                    summary,
+                    already_committed: false,
+                    attached_now,
+                    seconds: started.elapsed().as_secs_f64(),
+                });
+            }
+            CommitPhase::Done => {
+                let summary = summary_of(&spec, &plan);
+                return Ok(CommitOutcome {
+                    summary,
+                    already_committed: true,
+                    attached_now,
+                    seconds: started.elapsed().as_secs_f64(),
+                });
+            }
+        }
+    }
+}
+
+/// Checks every winning part that is still waiting in detached/ against its manifest.
+async fn verify_waiting_parts(
+    env: &CommitEnv<'_>,
+    spec: &LoadSpec,
+    winners: &Winners,
+    progress: &CommitProgress,
+    verify: Verify,
+    data_path: &RemotePath,
+) -> Result<(), CommitError> {
+    let observed = table_parts(env.ledger.server(), &spec.publish).await?;
+    for manifest in winners.manifests().values() {
+        for part in &manifest.parts {
+            let name = part.name.to_string();
+            if progress.attached.contains(&part.name)
+                || progress.attach_intents.contains(&part.name)
+            {
+                continue;
+            }
+            if !observed.detached.contains(&name) {
+                if observed.attaching.contains(&name)
+                    || observed.active_hashes.contains_key(&part.hash_of_all_files)
+                {
+                    continue; // being attached or attached by a concurrent commit: decided later
+                }
+                return Err(CommitError::NotPublished {
+                    load: spec.load.clone(),
+                    part: name,
+                    attempt: manifest.attempt.id.clone(),
+                    partition: manifest.attempt.partition,
+                    table: spec.publish.clone(),
+                });
+            }
+            let attempt = manifest.attempt.id.as_str();
+            tokio::task::block_in_place(|| verify_part(env.fs, data_path, attempt, part, verify))
+                .map_err(|e| CommitError::Verify(Box::new(e)))?;
+        }
+    }
+    Ok(())
+}
+
+/// Attaches every planned part not yet attached; returns how many this call attached itself.
+async fn attach_parts(
+    env: &CommitEnv<'_>,
+    spec: &LoadSpec,
+    plan: &CommitPlan,
+    progress: &mut CommitProgress,
+) -> Result<usize, CommitError> {
+    let server = env.ledger.server();
+    let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
+    let mut attached = 0;
+    for round in 0..MAX_ROUNDS {
+        let observed = table_parts(server, &spec.publish).await?;
+        let mut waiting = None;
+        for part in &plan.parts {
+            let name = part.name.to_string();
+            let facts = PartFacts {
+                recorded_attached: progress.attached.contains(&part.name),
+                attach_intent: progress.attach_intents.contains(&part.name),
+                in_detached: observed.detached.contains(&name),
+                attaching_leftover: observed.attaching.contains(&name),
+                hash_active_in_attach_table: observed
+                    .active_hashes
+                    .contains_key(&part.hash_of_all_files),
+            };
+            match decide_part(&facts) {
+                PartStep::Skip => {}
+                PartStep::RecordAttached => {
+                    record(
+                        env,
+                        &spec.load,
+                        progress,
+                        CommitEntry::Attached(part.name.clone()),
+                        kind::PART_ATTACHED,
+                    )
+                    .await?
+                }
+                PartStep::Attach => {
+                    record(
+                        env,
+                        &spec.load,
+                        progress,
+                        CommitEntry::AttachIntent(part.name.clone()),
+                        kind::ATTACH_INTENT,
+                    )
+                    .await?;
+                    crash_point("before-attach");
+                    match server.attach_part(db, table, &name).await {
+                        Ok(()) => {
+                            crash_point("after-attach");
+                            attached += 1;
+                            record(
+                                env,
+                                &spec.load,
+                                progress,
+                                CommitEntry::Attached(part.name.clone()),
+                                kind::PART_ATTACHED,
+                            )
+                            .await?;
+                        }
+                        // Claimed by a concurrent commit ("not found"), or an outcome we cannot
+                        // know (the connection broke): observe again, never resend blindly.
+                        Err(e)
+                            if e.code() == Some(233)
+                                || e.class(false) == chpart_server::ErrorClass::Unknown =>
+                        {
+                            tracing::warn!(
+                                "ATTACH PART {name}: {e}; observing again before deciding"
+                            );
+                            waiting = Some(name);
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                PartStep::Wait => waiting = Some(name),
+                PartStep::Lost => {
+                    return Err(CommitError::PartLost(Box::new(PartLost::new(plan, part))))
+                }
+            }
+        }
+        match waiting {
+            None => return Ok(attached),
+            Some(part) if round + 1 == MAX_ROUNDS => {
+                return Err(CommitError::Stuck {
+                    load: spec.load.clone(),
+                    part,
+                })
+            }
+            Some(_) => tokio::time::sleep(ROUND_PAUSE).await,
+        }
+    }
+    unreachable!("the loop returns by its last round")
+}
+
+/// After attaching into a shadow table: its rows per partition are exactly the plan's (the
+/// shadow holds nothing else). With part visibility the target holds other rows too; there each
+/// planned part's hash is checked instead, unless a merge has already folded it into another.
+///
+/// The table is observed *before* the ledger is read: a concurrent commit records its
+/// `publish:` intent before it moves a partition out of the shadow, so any partition moved
+/// before this observation is excluded by the ledger read after it.
+async fn reconcile_attached(
+    env: &CommitEnv<'_>,
+    spec: &LoadSpec,
+    plan: &CommitPlan,
+) -> Result<(), CommitError> {
+    let observed = table_parts(env.ledger.server(), &spec.publish).await?;
+    let progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?);
+    if plan
+        .parts
+        .iter()
+        .any(|p| !progress.attached.contains(&p.name))
+    {
+        return Ok(());
+    }
+    match spec.visibility {
+        Visibility::Partition => {
+            let rows: BTreeMap<PartitionId, u64> = plan
+                .partitions
+                .iter()
+                .filter(|p| {
+                    !progress.published.contains(&p.partition_id)
+                        && !progress.publish_intents.contains(&p.partition_id)
+                })
+                .map(|p| {
+                    (
+                        p.partition_id.clone(),
+                        observed
+                            .rows_by_partition
+                            .get(p.partition_id.as_str())
+                            .copied()
+                            .unwrap_or(0),
+                    )
+                })
+                .collect();
+            let pending = CommitPlan {
+                partitions: plan
+                    .partitions
+                    .iter()
+                    .filter(|p| rows.contains_key(&p.partition_id))
+                    .cloned()
+                    .collect(),
+                ..plan.clone()
+            };
+            reconcile_rows(&pending, &rows).map_err(|e| CommitError::Rows(Box::new(e)))
+        }
+        Visibility::Part => {
+            let missing = plan
+                .parts
+                .iter()
+                .filter(|p| !observed.active_hashes.contains_key(&p.hash_of_all_files))
+                .count();
+            if missing > 0 {
+                tracing::info!("{missing} attached part(s) were already merged into others; their rows are checked by hash no more");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Moves (append) or swaps in (replace) each partition from the shadow into the target.
+async fn publish_partitions(
+    env: &CommitEnv<'_>,
+    spec: &LoadSpec,
+    plan: &CommitPlan,
+    progress: &mut CommitProgress,
+) -> Result<(), CommitError> {
+    let server = env.ledger.server();
+    let shadow = quote_table(spec.publish.database.as_str(), spec.publish.table.as_str());
+    let target = quote_table(spec.target.database.as_str(), spec.target.table.as_str());
+    for round in 0..MAX_ROUNDS {
+        let in_shadow = table_parts(server, &spec.publish).await?;
+        let in_target = match spec.mode {
+            Mode::Replace => Some(table_parts(server, &spec.target).await?),
+            Mode::Append => None,
+        };
+        let mut again = false;
+        for partition in &plan.partitions {
+            let pid = partition.partition_id.as_str();
+            let shadow_hashes = in_shadow.hashes_by_partition.get(pid);
+            let facts = PartitionFacts {
+                recorded_published: progress.published.contains(&partition.partition_id),
+                shadow_rows: in_shadow.rows_by_partition.get(pid).copied().unwrap_or(0),
+                planned_rows: partition.rows,
+                target_has_plan_hashes: in_target.as_ref().is_some_and(|t| {
+                    shadow_hashes.is_some() && t.hashes_by_partition.get(pid) == shadow_hashes
+                }),
+            };
+            let sql = match decide_partition(spec.mode, &facts) {
+                PartitionStep::Skip => continue,
+                PartitionStep::RecordPublished => {
+                    let entry = CommitEntry::Published(partition.partition_id.clone());
+                    record(env, &spec.load, progress, entry, kind::PARTITION_PUBLISHED).await?;
+                    continue;
+                }
+                PartitionStep::Move => format!(
+                    "ALTER TABLE {shadow} MOVE PARTITION ID {} TO TABLE {target}",
+                    quote_str(pid)
+                ),
+                PartitionStep::Replace => format!(
+                    "ALTER TABLE {target} REPLACE PARTITION ID {} FROM {shadow}",
+                    quote_str(pid)
+                ),
+                PartitionStep::Broken => {
+                    return Err(CommitError::PartitionBroken(Box::new(
+                        PartitionBroken::new(plan, &partition.partition_id, &facts),
+                    )))
+                }
+            };
+            let intent = CommitEntry::PublishIntent(partition.partition_id.clone());
+            record(env, &spec.load, progress, intent, kind::PUBLISH_INTENT).await?;
+            crash_point("before-publish");
+            server.execute(&sql).await?;
+            crash_point("after-publish");
+            again = true; // the next observation confirms it and records it
+        }
+        if !again {
+            return Ok(());
+        }
+        if round + 1 == MAX_ROUNDS {
+            break;
+        }
+    }
+    Err(CommitError::Stuck {
+        load: spec.load.clone(),
+        part: "(a partition that does not settle)".into(),
+    })
+}

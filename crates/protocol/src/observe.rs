@@ -1,0 +1,248 @@
+//! What the server and its filesystem say right now: the facts commit, abort and gc decide from.
+//!
+//! Nothing here changes anything. Decisions are made by the pure functions in
+//! `chpart_core::commit` from these observations and the ledger, and every decision after a
+//! crash or a timeout starts with a fresh observation.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use chpart_core::manifest::PartEntry;
+use chpart_core::{DetachedEntry, RemotePath, TableRef};
+use chpart_remote::{FileKind, RemoteError, RemoteFs};
+use chpart_server::{Server, ServerError};
+
+/// A table's parts as the server reports them.
+#[derive(Debug, Default, Clone)]
+pub struct TableParts {
+    /// Plain entries of `detached/` (no reason prefix), by directory name.
+    pub detached: HashSet<String>,
+    /// Names whose `attaching_<name>` directory exists: an ATTACH in flight, or a crashed one.
+    pub attaching: HashSet<String>,
+    /// Active parts' `hash_of_all_files`, with how many active parts have it.
+    pub active_hashes: HashMap<String, u32>,
+    /// Active rows per partition id.
+    pub rows_by_partition: HashMap<String, u64>,
+    /// Active parts' hashes per partition id.
+    pub hashes_by_partition: HashMap<String, Vec<String>>,
+}
+
+/// Reads `system.detached_parts` and `system.parts` of `table`.
+pub async fn table_parts(server: &Server, table: &TableRef) -> Result<TableParts, ServerError> {
+    let (db, name) = (table.database.as_str(), table.table.as_str());
+    let mut out = TableParts::default();
+    for entry in server.detached_parts(db, name).await? {
+        match chpart_core::parse_detached_entry(&entry.name) {
+            DetachedEntry::Reason {
+                reason: "attaching",
+                inner,
+            } => {
+                out.attaching.insert(inner);
+            }
+            DetachedEntry::Part(_) if entry.reason.is_none() => {
+                out.detached.insert(entry.name);
+            }
+            _ => {}
+        }
+    }
+    for part in server.parts(db, name, true).await? {
+        *out.active_hashes
+            .entry(part.hash_of_all_files.clone())
+            .or_default() += 1;
+        *out.rows_by_partition
+            .entry(part.partition_id.clone())
+            .or_default() += part.rows;
+        out.hashes_by_partition
+            .entry(part.partition_id)
+            .or_default()
+            .push(part.hash_of_all_files);
+    }
+    for hashes in out.hashes_by_partition.values_mut() {
+        hashes.sort();
+    }
+    Ok(out)
+}
+
+/// How thoroughly a published part is compared with its manifest before it is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    /// Every file present with the manifest's size (cheap: metadata only). ClickHouse's ATTACH
+    /// itself only checks sizes against `checksums.txt`.
+    Sizes,
+    /// Every file's sha256 recomputed on the host (reads every byte back).
+    Full,
+}
+
+/// A published part that is not what its manifest says.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// Files differ.
+    #[error("part {part} of attempt {attempt} at {path}: {problem}")]
+    Mismatch {
+        /// The part.
+        part: String,
+        /// Its attempt.
+        attempt: String,
+        /// Its directory.
+        path: String,
+        /// What differs.
+        problem: String,
+    },
+    /// The filesystem failed.
+    #[error("verifying part {part} at {path}: {source}")]
+    Remote {
+        /// The part.
+        part: String,
+        /// Its directory.
+        path: String,
+        /// The error.
+        #[source]
+        source: Box<RemoteError>,
+    },
+}
+
+/// Relative path -> size of every file under `dir`, recursively (projections are subdirectories).
+pub fn remote_file_sizes(
+    fs: &dyn RemoteFs,
+    dir: &str,
+) -> Result<BTreeMap<String, u64>, RemoteError> {
+    let mut out = BTreeMap::new();
+    let mut pending = vec![String::new()];
+    while let Some(rel) = pending.pop() {
+        let path = if rel.is_empty() {
+            dir.to_owned()
+        } else {
+            format!("{dir}/{rel}")
+        };
+        for entry in fs.list_dir(&path)? {
+            let child = if rel.is_empty() {
+                entry.name.clone()
+            } else {
+                format!("{rel}/{}", entry.name)
+            };
+            match entry.stat.kind {
+                FileKind::Dir => pending.push(child),
+                _ => {
+                    out.insert(child, entry.stat.size);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Compares the part published at `data_path/detached/<name>` with its manifest entry.
+pub fn verify_part(
+    fs: &dyn RemoteFs,
+    data_path: &RemotePath,
+    attempt: &str,
+    part: &PartEntry,
+    verify: Verify,
+) -> Result<(), VerifyError> {
+    let path = chpart_core::detached_part_path(data_path, &part.name)
+        .as_str()
+        .to_owned();
+    let mismatch = |problem: String| VerifyError::Mismatch {
+        part: part.name.to_string(),
+        attempt: attempt.to_owned(),
+        path: path.clone(),
+        problem,
+    };
+    let remote_err = |e: RemoteError| VerifyError::Remote {
+        part: part.name.to_string(),
+        path: path.clone(),
+        source: Box::new(e),
+    };
+    let want: BTreeMap<&str, (u64, &str)> = part
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), (f.size, f.sha256.as_str())))
+        .collect();
+    match verify {
+        Verify::Sizes => {
+            let have = remote_file_sizes(fs, &path).map_err(remote_err)?;
+            compare(&want, have.iter().map(|(p, s)| (p.as_str(), *s, None))).map_err(mismatch)
+        }
+        Verify::Full => {
+            let have = fs.digest_dir(&path).map_err(remote_err)?;
+            compare(
+                &want,
+                have.iter()
+                    .map(|(p, (s, h))| (p.as_str(), *s, Some(h.as_str()))),
+            )
+            .map_err(mismatch)
+        }
+    }
+}
+
+fn compare<'a>(
+    want: &BTreeMap<&str, (u64, &str)>,
+    have: impl Iterator<Item = (&'a str, u64, Option<&'a str>)>,
+) -> Result<(), String> {
+    let mut seen = 0;
+    for (path, size, sha) in have {
+        let Some((want_size, want_sha)) = want.get(path) else {
+            return Err(format!("file {path} is not in the manifest"));
+        };
+        seen += 1;
+        if size != *want_size {
+            return Err(format!(
+                "file {path} has {size} bytes, the manifest says {want_size}"
+            ));
+        }
+        if let Some(sha) = sha {
+            if sha != *want_sha {
+                return Err(format!("file {path} has sha256 {sha}, the manifest says {want_sha} (changed after upload)"));
+            }
+        }
+    }
+    if seen != want.len() {
+        return Err(format!(
+            "{} of the manifest's {} files are missing",
+            want.len() - seen,
+            want.len()
+        ));
+    }
+    Ok(())
+}
+
+/// A test-only fault-injection hook: when `CHPART_TEST_CRASH_AT` is `<point>` or
+/// `<point>:<n>`, the process aborts (like `kill -9`: no cleanup, no flush) the n-th time (1 by
+/// default) it reaches that point. Tests use it to kill `commit` at every step and prove that
+/// a re-run finishes exactly once. Unset in production, it costs one environment lookup.
+pub fn crash_point(point: &str) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEEN: std::sync::Mutex<Vec<(String, u32)>> = std::sync::Mutex::new(Vec::new());
+    static ARMED: AtomicU32 = AtomicU32::new(2); // 2 = unknown, 1 = armed, 0 = off
+    if ARMED.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let Ok(spec) = std::env::var("CHPART_TEST_CRASH_AT") else {
+        ARMED.store(0, Ordering::Relaxed);
+        return;
+    };
+    ARMED.store(1, Ordering::Relaxed);
+    let (want, nth) = match spec.split_once(':') {
+        Some((p, n)) => (p.to_owned(), n.parse().unwrap_or(1)),
+        None => (spec, 1),
+    };
+    if want != point {
+        return;
+    }
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let count = match seen.iter_mut().find(|(p, _)| p == point) {
+        Some((_, c)) => {
+            *c += 1;
+            *c
+        }
+        None => {
+            seen.push((point.to_owned(), 1));
+            1
+        }
+    };
+    if count == nth {
+        eprintln!(
+            "chpart: CHPART_TEST_CRASH_AT={point}:{nth}: aborting here (test fault injection)"
+        );
+        std::process::abort();
+    }
+}

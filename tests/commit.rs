@@ -1,0 +1,410 @@
+//! `chpart commit` end to end: only winners become visible, exactly once, whatever happens to
+//! the driver; against the real ClickHouse 26.9 engine.
+
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+
+use chpart_core::Manifest;
+use chpart_testenv::clickhouse::{shared, ClickHouse};
+
+use crate::build::{rows_select, write_rows, Setup};
+use crate::cli::{chpart, text};
+
+/// Rows of Spark partition `p` (1000 each, spread over two months).
+fn partition_select(p: u32) -> String {
+    rows_select(u64::from(p) * 1000, 1000)
+}
+
+/// count() and an order-independent checksum over all columns.
+fn fingerprint_sql(from: &str) -> String {
+    format!("SELECT count(), sum(cityHash64(ts, id, name, score)) FROM {from}")
+}
+
+/// A load with `partitions` Spark partitions, each built by the given attempts (all complete
+/// and published); returns the manifests per partition, in attempt order.
+fn build_load(
+    s: &Setup,
+    load: &str,
+    begin: &[&str],
+    partitions: u32,
+    attempts: &[&str],
+) -> Vec<Vec<Manifest>> {
+    let out = s.begin(load, begin);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    (0..partitions)
+        .map(|p| {
+            let input = write_rows(
+                s.dir.path(),
+                &format!("{load}-p{p}.parquet"),
+                &partition_select(p),
+                "Parquet",
+            );
+            attempts
+                .iter()
+                .map(|a| {
+                    let attempt = format!("{a}.{p}");
+                    let out = s
+                        .build_cmd(load, &attempt, p)
+                        .arg("--input")
+                        .arg(&input)
+                        .output()
+                        .unwrap();
+                    crate::build::manifest_of(out)
+                        .unwrap_or_else(|o| panic!("build {attempt}: {}", text(&o)))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn winners_file(s: &Setup, name: &str, manifests: &[&Manifest]) -> PathBuf {
+    let path = s.dir.path().join(name);
+    let lines: Vec<String> = manifests.iter().map(|m| m.to_json_line()).collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+fn commit(
+    s: &Setup,
+    load: &str,
+    winners: &PathBuf,
+    extra: &[&str],
+    crash_at: Option<&str>,
+) -> Output {
+    let mut cmd = chpart();
+    cmd.args(["commit", "--config"])
+        .arg(&s.config)
+        .args(["--load", load, "--winners"])
+        .arg(winners)
+        .args(extra);
+    if let Some(point) = crash_at {
+        cmd.env("CHPART_TEST_CRASH_AT", point);
+    }
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+fn expected_fingerprint(ch: &ClickHouse, partitions: &[u32]) -> String {
+    let union: Vec<String> = partitions.iter().map(|p| partition_select(*p)).collect();
+    ch.q(&fingerprint_sql(&format!(
+        "({})",
+        union.join(" UNION ALL ")
+    )))
+}
+
+#[test]
+fn only_the_winners_are_attached_and_visible_once() {
+    let ch = shared();
+    let s = Setup::new(ch, "commit_winners");
+    // Three partitions, each built by two attempts (a retry and a zombie): both publish.
+    let built = build_load(&s, "cw-1", &[], 3, &["app-a", "app-b"]);
+    // Spark's collect() returned: partition 0 and 2 from attempt a, partition 1 from b.
+    let winners = [&built[0][0], &built[1][1], &built[2][0]];
+    let file = winners_file(&s, "winners.jsonl", &winners);
+    let out = commit(&s, "cw-1", &file, &["--partitions", "3", "--json"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["rows"], 3000);
+    assert_eq!(
+        ch.q(&fingerprint_sql(&s.table)),
+        expected_fingerprint(ch, &[0, 1, 2]),
+        "exactly the source rows"
+    );
+
+    // Re-running is a no-op that still succeeds.
+    let out = commit(&s, "cw-1", &file, &[], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("already committed"), "{}", text(&out));
+    assert_eq!(
+        ch.q(&fingerprint_sql(&s.table)),
+        expected_fingerprint(ch, &[0, 1, 2])
+    );
+
+    // The losers' parts were never attached: they are still in the shadow's detached/.
+    let shadow = built[0][0].target.table.as_str();
+    let left = s.detached(shadow);
+    for loser in [&built[0][1], &built[1][0], &built[2][1]] {
+        for part in &loser.parts {
+            assert!(
+                left.contains(&part.name.to_string()),
+                "loser part {} gone",
+                part.name
+            );
+        }
+    }
+    // A build after the commit is fenced.
+    let input = write_rows(
+        s.dir.path(),
+        "late.parquet",
+        &partition_select(0),
+        "Parquet",
+    );
+    let late = s
+        .build_cmd("cw-1", "app-z.0", 0)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert_eq!(late.status.code(), Some(5), "{}", text(&late));
+}
+
+#[test]
+fn bad_winners_are_refused_before_anything_is_attached() {
+    let ch = shared();
+    let s = Setup::new(ch, "commit_refusals");
+    let built = build_load(
+        &s,
+        "cr-1",
+        &["--visibility", "part"],
+        2,
+        &["app-a", "app-b"],
+    );
+    let other = Setup::new(ch, "commit_refusals_other");
+    let foreign = build_load(&other, "cr-other", &["--visibility", "part"], 1, &["app-x"]);
+
+    // A forged manifest: attempt b's manifest with attempt a's part names.
+    let mut forged = built[0][1].clone();
+    forged.parts = built[0][0].parts.clone();
+    let forged_line = forged.to_json_line();
+
+    let cases: Vec<(&str, Vec<String>, Vec<&str>, &str)> = vec![
+        (
+            "two winners for one partition",
+            vec![
+                built[0][0].to_json_line(),
+                built[0][1].to_json_line(),
+                built[1][0].to_json_line(),
+            ],
+            vec![],
+            "two winners",
+        ),
+        (
+            "a missing partition",
+            vec![built[0][0].to_json_line()],
+            vec!["--partitions", "2"],
+            "partition 1",
+        ),
+        (
+            "a manifest of another load",
+            vec![built[0][0].to_json_line(), foreign[0][0].to_json_line()],
+            vec![],
+            "cr-other",
+        ),
+        (
+            "a forged manifest naming another attempt's parts",
+            vec![forged_line, built[1][0].to_json_line()],
+            vec![],
+            "app-b.0",
+        ),
+        (
+            "not a manifest",
+            vec!["{\"hello\": 1}".into(), built[1][0].to_json_line()],
+            vec![],
+            "line 1",
+        ),
+    ];
+    for (case, lines, extra, want) in cases {
+        let file = s.dir.path().join("bad.jsonl");
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        let out = commit(&s, "cr-1", &file, &extra, None);
+        assert_eq!(out.status.code(), Some(4), "{case}: {}", text(&out));
+        assert!(
+            text(&out).contains(want),
+            "{case}: message lacks {want:?}: {}",
+            text(&out)
+        );
+        assert_eq!(
+            ch.q(&format!("SELECT count() FROM {}", s.table)).trim(),
+            "0",
+            "{case}: rows became visible"
+        );
+    }
+
+    // A part changed after upload (same size): sizes pass, --verify full refuses it.
+    let victim = &built[1][0].parts[0];
+    let path = std::path::Path::new(built[1][0].target.data_path.as_str())
+        .join("detached")
+        .join(victim.name.to_string())
+        .join("data.bin");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    let file = winners_file(&s, "w.jsonl", &[&built[0][0], &built[1][0]]);
+    let out = commit(&s, "cr-1", &file, &["--verify", "full"], None);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("data.bin") && text(&out).contains("changed after upload"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        ch.q(&format!("SELECT count() FROM {}", s.table)).trim(),
+        "0"
+    );
+}
+
+#[test]
+fn a_commit_killed_at_any_step_resumes_exactly_once() {
+    let ch = shared();
+    let points: &[(&str, &[&str])] = &[
+        ("after-plan", &[]),
+        ("before-attach:1", &[]),
+        ("after-attach:1", &[]),
+        ("after-attach:3", &[]),
+        ("before-publish:1", &[]),
+        ("after-publish:1", &[]),
+        ("after-publish:2", &[]),
+        ("before-commit", &[]),
+        ("before-attach:2", &["--visibility", "part"]),
+        ("after-attach:2", &["--visibility", "part"]),
+        ("before-commit", &["--visibility", "part"]),
+    ];
+    for (i, (point, begin)) in points.iter().enumerate() {
+        let s = Setup::new(ch, &format!("commit_crash_{i}"));
+        let load = format!("cc-{i}");
+        let built = build_load(&s, &load, begin, 2, &["app-a", "app-b"]);
+        let file = winners_file(&s, "w.jsonl", &[&built[0][1], &built[1][0]]);
+        let out = commit(&s, &load, &file, &["--partitions", "2"], Some(point));
+        assert_eq!(
+            out.status.code(),
+            None,
+            "{point}: the commit was to be killed: {}",
+            text(&out)
+        );
+        let out = commit(&s, &load, &file, &["--partitions", "2"], None);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{point} {begin:?}: resume failed: {}",
+            text(&out)
+        );
+        assert_eq!(
+            ch.q(&fingerprint_sql(&s.table)),
+            expected_fingerprint(ch, &[0, 1]),
+            "{point} {begin:?}: not exactly once"
+        );
+        let again = commit(&s, &load, &file, &["--partitions", "2"], None);
+        assert_eq!(again.status.code(), Some(0));
+        assert_eq!(
+            ch.q(&fingerprint_sql(&s.table)),
+            expected_fingerprint(ch, &[0, 1]),
+            "{point}: third run changed rows"
+        );
+    }
+}
+
+#[test]
+fn two_concurrent_commits_attach_each_part_once() {
+    let ch = shared();
+    for (i, begin) in [&[][..], &["--visibility", "part"][..]].iter().enumerate() {
+        let s = Setup::new(ch, &format!("commit_race_{i}"));
+        let load = format!("cx-{i}");
+        let built = build_load(&s, &load, begin, 3, &["app-a"]);
+        let file = winners_file(&s, "w.jsonl", &[&built[0][0], &built[1][0], &built[2][0]]);
+        let spawn = || {
+            let mut cmd = chpart();
+            cmd.args(["commit", "--config"])
+                .arg(&s.config)
+                .args(["--load", &load, "--winners"])
+                .arg(&file);
+            cmd.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        assert_eq!(a.status.code(), Some(0), "first: {}", text(&a));
+        assert_eq!(b.status.code(), Some(0), "second: {}", text(&b));
+        assert_eq!(
+            ch.q(&fingerprint_sql(&s.table)),
+            expected_fingerprint(ch, &[0, 1, 2]),
+            "{begin:?}"
+        );
+    }
+}
+
+#[test]
+fn replace_mode_swaps_partitions_and_readers_never_see_a_mix() {
+    let ch = shared();
+    let s = Setup::new(ch, "commit_replace");
+    // The table already holds old data for January and February 2026 (and March, untouched).
+    ch.q(&format!(
+        "INSERT INTO {} SELECT toDateTime('2026-01-20 00:00:00', 'UTC') + toIntervalDay(number % 40), 900000 + number, 'old', NULL FROM numbers(4000)",
+        s.table
+    ));
+    let march_before = ch.q(&format!(
+        "SELECT count() FROM {} WHERE toYYYYMM(ts) = 202603",
+        s.table
+    ));
+    let built = build_load(&s, "rp-1", &["--mode", "replace"], 2, &["app-a"]);
+    let file = winners_file(&s, "w.jsonl", &[&built[0][0], &built[1][0]]);
+
+    // A reader polls the partitions while the commit runs: each one is always either all old
+    // or all new, never empty or mixed.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (stop, table, url) = (stop.clone(), s.table.clone(), ch.http_port);
+        std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut polls = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || polls < 3 {
+                polls += 1;
+                let sql = format!(
+                    "SELECT toYYYYMM(ts) AS m, countIf(name = 'old') > 0, countIf(name != 'old') > 0 FROM {table} \
+                     WHERE m IN (202601, 202602) GROUP BY m ORDER BY m FORMAT TSV"
+                );
+                let out = std::process::Command::new("curl")
+                    .args([
+                        "-s",
+                        "--data-binary",
+                        &sql,
+                        &format!("http://127.0.0.1:{url}/"),
+                    ])
+                    .output()
+                    .unwrap();
+                let body = String::from_utf8_lossy(&out.stdout).into_owned();
+                assert_eq!(
+                    body.lines().count(),
+                    2,
+                    "a partition was empty at some point: {body:?}"
+                );
+                for line in body.lines() {
+                    assert!(
+                        !line.ends_with("1\t1"),
+                        "old and new rows mixed in one partition: {line}"
+                    );
+                    seen.insert(line.to_owned());
+                }
+            }
+            seen
+        })
+    };
+    let out = commit(&s, "rp-1", &file, &[], None);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = reader.join().expect("the reader's invariant held");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!seen.is_empty());
+    assert_eq!(
+        ch.q(&fingerprint_sql(&format!(
+            "{} WHERE toYYYYMM(ts) IN (202601, 202602)",
+            s.table
+        ))),
+        ch.q(&fingerprint_sql(&format!(
+            "({}) WHERE toYYYYMM(ts) IN (202601, 202602)",
+            [partition_select(0), partition_select(1)].join(" UNION ALL ")
+        ))),
+        "January and February hold exactly the reload"
+    );
+    assert_eq!(
+        ch.q(&format!(
+            "SELECT count() FROM {} WHERE toYYYYMM(ts) = 202603",
+            s.table
+        )),
+        march_before,
+        "March untouched"
+    );
+}
