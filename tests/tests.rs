@@ -3,6 +3,7 @@
 //! through `chpart-testenv` and fails loudly when it is not installed.
 
 mod build;
+mod cleanup;
 mod cli;
 mod commit;
 mod launcher;

@@ -47,6 +47,85 @@ pub enum Command {
     /// Exits 0 only when the load is committed.
     #[command(after_help = exit::HELP)]
     Commit(CommitArgs),
+    /// Abort a load: record it aborted (every later build of it is fenced), then remove its
+    /// parts from detached/, its shadow table and its staging. Refused for a committed load, or
+    /// while a commit may already have made rows visible (re-run commit instead).
+    #[command(after_help = exit::HELP)]
+    Abort(AbortArgs),
+    /// Show each load: state, mode, partitions, parts and rows, attempts seen and which won,
+    /// what gc still has to remove, durations.
+    #[command(after_help = exit::HELP)]
+    Status(StatusArgs),
+    /// Remove what no load will ever attach: losing and late attempts' parts and staging of
+    /// committed or aborted loads, and their shadow tables. Never touches an open load.
+    #[command(after_help = exit::HELP)]
+    Gc(GcArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AbortArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The load to abort.
+    #[arg(long, value_name = "LOAD_ID")]
+    pub load: String,
+    /// Print what was removed as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Only this load.
+    #[arg(long, value_name = "LOAD_ID")]
+    pub load: Option<String>,
+    /// One JSON array on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Report open loads begun longer ago than this (e.g. 90s, 30m, 6h, 2d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub older_than: Option<u64>,
+    /// With --older-than: abort those stale open loads (unless a commit already made rows visible).
+    #[arg(long, requires = "older_than")]
+    pub abort_stale: bool,
+    /// List what would be removed; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `90s`, `30m`, `6h`, `2d` (or plain seconds) as milliseconds.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let (number, unit) = text.trim().split_at(
+        text.trim()
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.trim().len()),
+    );
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 90s, 30m, 6h or 2d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use s, m, h or d)"
+            ))
+        }
+    };
+    Ok(secs * 1000)
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -177,6 +256,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Begin(args) => run_begin(args),
         Command::Build(args) => crate::build::run_build(args),
         Command::Commit(args) => crate::driver::run_commit(args),
+        Command::Abort(args) => crate::driver::run_abort(args),
+        Command::Status(args) => crate::driver::run_status(args),
+        Command::Gc(args) => crate::driver::run_gc(args),
     }
 }
 

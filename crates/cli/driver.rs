@@ -9,7 +9,11 @@ use chpart_protocol::commit::{commit, CommitEnv, CommitRequest};
 use chpart_protocol::observe::Verify;
 use chpart_protocol::store::Ledger;
 
-use crate::args::{load_config, runtime, server_of, usage, CommitArgs, VerifyArg};
+use chpart_protocol::cleanup::Removal;
+
+use crate::args::{
+    load_config, runtime, server_of, usage, AbortArgs, CommitArgs, GcArgs, StatusArgs, VerifyArg,
+};
 use crate::build::remote_fs;
 use crate::exit::{self, Failure};
 
@@ -93,6 +97,181 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
             "{}",
             serde_json::to_string(s).expect("a summary serializes")
         );
+    }
+    Ok(exit::ok())
+}
+
+/// The ledger, the server's filesystem and the staging layout of a config.
+struct DriverEnv {
+    rt: tokio::runtime::Runtime,
+    ledger: Ledger,
+    fs: std::sync::Arc<dyn chpart_remote::RemoteFs>,
+    staging: StagingLayout,
+}
+
+fn driver_env(config: &crate::args::ConfigArg) -> Result<DriverEnv, Failure> {
+    let config = load_config(config)?;
+    let staging = StagingLayout::new(&config.staging_root)
+        .context("staging.root")
+        .map_err(usage)?;
+    Ok(DriverEnv {
+        rt: runtime()?,
+        ledger: Ledger::new(server_of(&config), &config.ledger_database),
+        fs: remote_fs(&config)?,
+        staging,
+    })
+}
+
+fn cleanup_failure(e: chpart_protocol::cleanup::CleanupError) -> Failure {
+    let kind = e.kind();
+    Failure::new(kind, e)
+}
+
+fn describe(r: &Removal) -> String {
+    match r {
+        Removal::DetachedPart {
+            table,
+            part,
+            attempt,
+        } => format!("detached part {part} of attempt {attempt} in {table}"),
+        Removal::ShadowTable { table } => format!("shadow table {table}"),
+        Removal::Staging { path } => format!("staging {path}"),
+    }
+}
+
+pub fn run_abort(args: AbortArgs) -> Result<ExitCode, Failure> {
+    let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
+    let env = driver_env(&args.config)?;
+    let removed = env
+        .rt
+        .block_on(chpart_protocol::cleanup::abort(
+            &env.ledger,
+            env.fs.as_ref(),
+            &env.staging,
+            &load,
+        ))
+        .map_err(cleanup_failure)?;
+    tracing::info!("load {load} aborted; removed {} item(s)", removed.len());
+    for r in &removed {
+        tracing::info!("  removed {}", describe(r));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&removed).expect("serializes"));
+    }
+    Ok(exit::ok())
+}
+
+pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
+    let only: Option<LoadId> = args
+        .load
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .context("--load")
+        .map_err(usage)?;
+    let env = driver_env(&args.config)?;
+    let loads = env
+        .rt
+        .block_on(chpart_protocol::cleanup::status(
+            &env.ledger,
+            env.fs.as_ref(),
+            &env.staging,
+            only.as_ref(),
+        ))
+        .map_err(cleanup_failure)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&loads).expect("serializes"));
+        return Ok(exit::ok());
+    }
+    if loads.is_empty() {
+        println!(
+            "no loads{}",
+            only.map(|l| format!(" named {l}")).unwrap_or_default()
+        );
+    }
+    for l in &loads {
+        println!(
+            "{}  {}  table {}  mode {}  visibility {}{}",
+            l.load,
+            l.state,
+            l.table.as_deref().unwrap_or("?"),
+            l.mode.as_deref().unwrap_or("?"),
+            l.visibility.as_deref().unwrap_or("?"),
+            l.duration_secs
+                .map(|d| format!("  {d:.1}s from begin to finish"))
+                .unwrap_or_default()
+        );
+        if let (Some(parts), Some(rows)) = (l.parts_planned, l.rows) {
+            println!(
+                "  plan: {} partition(s), {parts} part(s), {rows} rows; {} part(s) attached",
+                l.partitions.unwrap_or(0),
+                l.parts_attached
+            );
+        }
+        for a in &l.attempts {
+            println!(
+                "  attempt {}: {}, {} part(s) published{}",
+                a.attempt,
+                if a.completed {
+                    "completed"
+                } else {
+                    "incomplete"
+                },
+                a.parts,
+                if a.won {
+                    ", WON"
+                } else if l.winners.is_empty() {
+                    ""
+                } else {
+                    ", lost"
+                }
+            );
+        }
+        for r in &l.gc_pending {
+            println!("  gc pending: {}", describe(r));
+        }
+    }
+    Ok(exit::ok())
+}
+
+pub fn run_gc(args: GcArgs) -> Result<ExitCode, Failure> {
+    let env = driver_env(&args.config)?;
+    let report = env
+        .rt
+        .block_on(chpart_protocol::cleanup::gc(
+            &env.ledger,
+            env.fs.as_ref(),
+            &env.staging,
+            args.older_than,
+            args.abort_stale,
+            args.dry_run,
+        ))
+        .map_err(cleanup_failure)?;
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    for (load, removed) in &report.removed {
+        for r in removed {
+            tracing::info!("load {load}: {verb} {}", describe(r));
+        }
+    }
+    for load in &report.stale_open {
+        let what = if report.aborted.contains(load) {
+            "aborted"
+        } else {
+            "left open (use --abort-stale to abort)"
+        };
+        tracing::warn!("load {load} is open and older than --older-than: {what}");
+    }
+    let total: usize = report.removed.iter().map(|(_, r)| r.len()).sum();
+    tracing::info!(
+        "gc {verb} {total} item(s) of {} finished load(s)",
+        report.removed.len()
+    );
+    if args.json {
+        println!("{}", serde_json::to_string(&report).expect("serializes"));
     }
     Ok(exit::ok())
 }

@@ -54,7 +54,8 @@ pub struct BuildOptions {
     pub server_insert: bool,
     /// Measure only what needs no chpart: raw clickhouse-local, scp, server INSERT.
     pub raw_only: bool,
-    /// Keep the benchmark's directory (input, raw parts, configs) instead of deleting it.
+    /// Keep the benchmark's directory (input, raw builds, configs, chpart's work dirs) instead of
+    /// deleting it; the server's and sshd's directories go either way.
     pub keep: bool,
     /// The chpart binary; default: `chpart` next to this executable.
     pub chpart: Option<PathBuf>,
@@ -582,7 +583,6 @@ impl Round<'_> {
             Sample::of(&connect, None, Some(copied)),
         );
         drop(raw);
-        fs::remove_dir_all(self.dir.join("raw")).ok();
 
         if options.merge {
             let cpu = self.server.cpu_seconds();
@@ -601,7 +601,6 @@ impl Round<'_> {
                     Some(merged.bytes_on_disk()),
                 ),
             );
-            fs::remove_dir_all(self.dir.join("raw-merge")).ok();
             if let Some(chpart) = self.chpart {
                 let cpu = self.server.cpu_seconds();
                 let attempt = format!("merge-r{}", self.round);

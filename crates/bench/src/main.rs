@@ -72,7 +72,8 @@ enum Cmd {
         /// INSERT).
         #[arg(long)]
         raw_only: bool,
-        /// Keep the benchmark's directory (input, configs) instead of deleting it.
+        /// Keep the benchmark's directory (input, raw builds, configs, chpart's work dir) instead
+        /// of deleting it; the server's and sshd's directories are removed either way.
         #[arg(long)]
         keep: bool,
         /// The chpart binary [default: chpart next to chpart-bench].

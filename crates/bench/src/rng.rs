@@ -43,8 +43,8 @@ impl Rng {
     }
 
     /// A rank in `1..=n` drawn from a Zipf(s = 1) law, by inverting its continuous
-    /// approximation `CDF(k) ~ ln k / ln n`: rank 1 is drawn about `1/ln n` of the time, and
-    /// the top 1% of ranks take about half of all draws, the skew of real user activity.
+    /// approximation `CDF(k) ~ ln k / ln n`: the top 1% of a million ranks take two thirds of
+    /// the draws (of 2^24 ranks, 70%), the skew of real user activity.
     pub fn zipf(&mut self, n: u64) -> u64 {
         let rank = (n as f64).powf(self.unit()) as u64;
         rank.clamp(1, n)

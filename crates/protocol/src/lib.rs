@@ -18,6 +18,7 @@
 
 pub mod begin;
 pub mod build;
+pub mod cleanup;
 pub mod commit;
 pub mod ledger;
 pub mod observe;

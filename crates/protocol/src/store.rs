@@ -187,3 +187,35 @@ impl Ledger {
         &self.database
     }
 }
+
+impl Ledger {
+    /// Every entry of every load, grouped by load (for `status` and `gc`). A missing ledger
+    /// table means no load was ever begun.
+    pub async fn all_entries(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, Vec<Entry>>, LedgerStoreError> {
+        let sql = format!(
+            "SELECT load_id, entry_id, toString(kind) AS kind, toInt64(toUnixTimestamp64Milli(written_at)) AS written_at_ms, \
+             writer, body FROM {} ORDER BY load_id, written_at, entry_id",
+            self.table()
+        );
+        let rows: Vec<EntryRow> = match self.server.fetch(&sql, &[]).await {
+            Ok(rows) => rows,
+            Err(e) if matches!(e.code(), Some(60) | Some(81)) => Vec::new(),
+            Err(e) => return Err(self.err(e)),
+        };
+        let mut out: std::collections::BTreeMap<String, Vec<Entry>> =
+            std::collections::BTreeMap::new();
+        for r in rows {
+            out.entry(r.load_id.clone()).or_default().push(Entry {
+                load_id: r.load_id,
+                entry_id: r.entry_id,
+                kind: r.kind,
+                written_at_ms: r.written_at_ms,
+                writer: r.writer,
+                body: r.body,
+            });
+        }
+        Ok(out)
+    }
+}

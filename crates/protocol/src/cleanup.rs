@@ -1,0 +1,493 @@
+//! `abort`, `gc` and `status`: what a load left behind, and removing what no load will attach.
+//!
+//! A finished load (committed or aborted) can leave: losing attempts' parts in the publish
+//! table's `detached/` (and late writers' parts published after the commit), staging
+//! directories of every attempt, and the shadow table. Attribution never guesses: a shadow table
+//! belongs to exactly one load (its name derives from the load id), and a part in a target's
+//! `detached/` is removed only if an attempt of the load listed it in its `publish-intent.json`
+//! (written before the part was renamed into `detached/`). Nothing of an open load is removed.
+//!
+//! Order matters: the terminal ledger entry is durable before anything is removed (abort writes
+//! it first; gc only looks at finished loads), detached parts go before the staging that names
+//! them, and an attempt's staging directory goes last, after its intent was read again, so a
+//! late writer that renames a part meanwhile is caught by the second read or, finding its staging
+//! gone, fails and removes its own part.
+
+use std::collections::BTreeSet;
+
+use chpart_core::commit::{CommitPlan, CommitProgress, Visibility, PLAN_ENTRY};
+use chpart_core::{LoadId, PartName, StagingLayout, TableRef};
+use chpart_remote::{RemoteError, RemoteFs};
+use chpart_server::{quote_table, Server, ServerError};
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::{kind, replay, LoadSpec, LoadState, LoadView};
+use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
+use crate::FailureKind;
+
+/// One thing gc or abort removes (or, with `--dry-run`, would remove).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Removal {
+    /// A part in a table's `detached/` (via `DROP DETACHED PART`).
+    DetachedPart {
+        /// The table.
+        table: String,
+        /// The part.
+        part: String,
+        /// The attempt that published it.
+        attempt: String,
+    },
+    /// The load's shadow table (and with it everything in its `detached/`).
+    ShadowTable {
+        /// The table.
+        table: String,
+    },
+    /// A staging directory of one attempt.
+    Staging {
+        /// The directory.
+        path: String,
+    },
+}
+
+/// Why abort or gc failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupError {
+    /// Abort of a committed load.
+    #[error("load {0} is committed; it cannot be aborted")]
+    Committed(LoadId),
+    /// Abort while a commit has made (or may have made) rows visible.
+    #[error("load {0} has a commit in progress that may already have made rows visible; run `chpart commit` again to finish it")]
+    CommitInProgress(LoadId),
+    /// The ledger failed.
+    #[error(transparent)]
+    Ledger(#[from] LedgerStoreError),
+    /// The server failed.
+    #[error(transparent)]
+    Server(Box<ServerError>),
+    /// The filesystem failed.
+    #[error("{op}: {source}")]
+    Remote {
+        /// What was being done.
+        op: String,
+        /// The error.
+        source: Box<RemoteError>,
+    },
+}
+
+impl From<ServerError> for CleanupError {
+    fn from(e: ServerError) -> Self {
+        CleanupError::Server(Box::new(e))
+    }
+}
+
+impl CleanupError {
+    /// What the failure means for the caller.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            CleanupError::Ledger(e) => e.kind(),
+            CleanupError::Server(e) => crate::server_failure(e),
+            CleanupError::Remote { source, .. } if source.is_transient() => FailureKind::Retryable,
+            _ => FailureKind::Permanent,
+        }
+    }
+}
+
+fn remote(op: impl Into<String>) -> impl FnOnce(RemoteError) -> CleanupError {
+    let op = op.into();
+    move |e| CleanupError::Remote {
+        op,
+        source: Box::new(e),
+    }
+}
+
+/// What an attempt left in staging: its id and the detached names its intent lists.
+#[derive(Debug, Clone, Serialize)]
+pub struct StagedAttempt {
+    /// The attempt id (the staging directory's name).
+    pub attempt: String,
+    /// Whether it wrote its manifest (it completed).
+    pub has_manifest: bool,
+    /// Part names its publish intent lists.
+    pub parts: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Intent {
+    detached: Vec<String>,
+}
+
+/// Attempts found under `<staging>/<load>/`.
+pub fn staged_attempts(
+    fs: &dyn RemoteFs,
+    staging: &StagingLayout,
+    load: &LoadId,
+) -> Result<Vec<StagedAttempt>, CleanupError> {
+    let dir = staging.load_dir(load);
+    let entries = match fs.list_dir(dir.as_str()) {
+        Ok(entries) => entries,
+        Err(RemoteError::NotFound { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(remote(format!("list {dir}"))(e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let attempt_dir = format!("{}/{}", dir.as_str(), entry.name);
+        out.push(StagedAttempt {
+            has_manifest: fs
+                .stat(&format!("{attempt_dir}/manifest.json"))
+                .map_err(remote("stat manifest"))?
+                .is_some(),
+            parts: read_intent(fs, &format!("{attempt_dir}/publish-intent.json"))?,
+            attempt: entry.name,
+        });
+    }
+    Ok(out)
+}
+
+fn read_intent(fs: &dyn RemoteFs, path: &str) -> Result<Vec<String>, CleanupError> {
+    match fs.read_file(path) {
+        Ok(bytes) => Ok(serde_json::from_slice::<Intent>(&bytes)
+            .map(|i| {
+                i.detached
+                    .iter()
+                    .filter_map(|p| p.rsplit('/').next())
+                    .filter(|n| n.parse::<PartName>().is_ok())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()),
+        Err(RemoteError::NotFound { .. }) => Ok(Vec::new()),
+        Err(e) => Err(remote(format!("read {path}"))(e)),
+    }
+}
+
+/// Removes (or lists, with `dry_run`) what a finished load left. Idempotent.
+pub async fn clean_finished_load(
+    server: &Server,
+    fs: &dyn RemoteFs,
+    staging: &StagingLayout,
+    spec: &LoadSpec,
+    dry_run: bool,
+) -> Result<Vec<Removal>, CleanupError> {
+    let mut removed = Vec::new();
+    let attempts = tokio::task::block_in_place(|| staged_attempts(fs, staging, &spec.load))?;
+    let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
+    if spec.publish != spec.target {
+        // The shadow belongs to this load alone: dropping it removes its detached/ too.
+        if server.table_info(db, table).await?.is_some() {
+            if !dry_run {
+                server
+                    .execute(&format!(
+                        "DROP TABLE IF EXISTS {} SYNC",
+                        quote_table(db, table)
+                    ))
+                    .await?;
+            }
+            removed.push(Removal::ShadowTable {
+                table: spec.publish.to_string(),
+            });
+        }
+    } else {
+        for attempt in &attempts {
+            removed.extend(drop_listed_parts(server, &spec.publish, attempt, dry_run).await?);
+        }
+    }
+    for attempt in &attempts {
+        let dir = format!(
+            "{}/{}",
+            staging.load_dir(&spec.load).as_str(),
+            attempt.attempt
+        );
+        if spec.publish == spec.target && !dry_run {
+            // Read the intent again: a late writer may have renamed a part since the first pass.
+            let again = StagedAttempt {
+                parts: tokio::task::block_in_place(|| {
+                    read_intent(fs, &format!("{dir}/publish-intent.json"))
+                })?,
+                ..attempt.clone()
+            };
+            for r in drop_listed_parts(server, &spec.publish, &again, dry_run).await? {
+                if !removed.contains(&r) {
+                    removed.push(r);
+                }
+            }
+        }
+        if !dry_run {
+            tokio::task::block_in_place(|| fs.remove_all(&dir))
+                .map_err(remote(format!("remove {dir}")))?;
+        }
+        removed.push(Removal::Staging { path: dir });
+    }
+    if !dry_run {
+        let load_dir = staging.load_dir(&spec.load);
+        tokio::task::block_in_place(|| fs.remove_all(load_dir.as_str()))
+            .map_err(remote(format!("remove {load_dir}")))?;
+    }
+    Ok(removed)
+}
+
+/// Drops the parts an attempt's intent lists that are still in `table`'s detached/.
+async fn drop_listed_parts(
+    server: &Server,
+    table: &TableRef,
+    attempt: &StagedAttempt,
+    dry_run: bool,
+) -> Result<Vec<Removal>, CleanupError> {
+    let (db, name) = (table.database.as_str(), table.table.as_str());
+    let present: BTreeSet<String> = server
+        .detached_parts(db, name)
+        .await?
+        .into_iter()
+        .filter(|d| d.reason.is_none())
+        .map(|d| d.name)
+        .collect();
+    let mut out = Vec::new();
+    for part in attempt.parts.iter().filter(|p| present.contains(*p)) {
+        if !dry_run {
+            match server.drop_detached_part(db, name, part).await {
+                Ok(()) => {}
+                Err(e) if e.code() == Some(233) => {} // gone meanwhile
+                Err(e) => return Err(e.into()),
+            }
+        }
+        out.push(Removal::DetachedPart {
+            table: table.to_string(),
+            part: part.clone(),
+            attempt: attempt.attempt.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// Aborts `load`: records it aborted (fencing every executor), then removes its parts from
+/// detached/, its shadow table and its staging.
+pub async fn abort(
+    ledger: &Ledger,
+    fs: &dyn RemoteFs,
+    staging: &StagingLayout,
+    load: &LoadId,
+) -> Result<Vec<Removal>, CleanupError> {
+    let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+    match view.state {
+        LoadState::Committed => return Err(CleanupError::Committed(load.clone())),
+        LoadState::Open if commit_made_rows_visible(&view) => {
+            return Err(CleanupError::CommitInProgress(load.clone()))
+        }
+        _ => {}
+    }
+    let body = serde_json::json!({ "aborted_at_unix_ms": now_unix_ms() }).to_string();
+    ledger
+        .append(load, "abort", kind::LOAD_ABORTED, &body)
+        .await?;
+    let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+    if view.state == LoadState::Committed {
+        return Err(CleanupError::Committed(load.clone()));
+    }
+    match &view.spec {
+        Some(spec) => clean_finished_load(ledger.server(), fs, staging, spec, false).await,
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Whether a commit of this open load may already have made rows visible: with part visibility
+/// once any ATTACH was intended, with partition visibility once any partition publish was.
+fn commit_made_rows_visible(view: &LoadView) -> bool {
+    let progress = CommitProgress::from_entry_ids(view.entries.iter().map(|e| e.entry_id.as_str()))
+        .unwrap_or_default();
+    match view.spec.as_ref().map(|s| s.visibility) {
+        Some(Visibility::Part) => {
+            !progress.attach_intents.is_empty() || !progress.attached.is_empty()
+        }
+        Some(Visibility::Partition) => {
+            !progress.publish_intents.is_empty() || !progress.published.is_empty()
+        }
+        None => false,
+    }
+}
+
+/// One load as `status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadStatus {
+    /// The load.
+    pub load: String,
+    /// `open`, `committed`, `aborted`.
+    pub state: String,
+    /// Target table.
+    pub table: Option<String>,
+    /// Append or replace.
+    pub mode: Option<String>,
+    /// Partition or part.
+    pub visibility: Option<String>,
+    /// When `begin` ran (ms since the epoch).
+    pub opened_at_unix_ms: Option<u64>,
+    /// When it was committed or aborted (ms since the epoch, server clock).
+    pub finished_at_unix_ms: Option<i64>,
+    /// Seconds from begin to commit/abort.
+    pub duration_secs: Option<f64>,
+    /// ClickHouse partitions in the commit plan.
+    pub partitions: Option<usize>,
+    /// Parts in the commit plan.
+    pub parts_planned: Option<usize>,
+    /// Parts recorded attached.
+    pub parts_attached: usize,
+    /// Rows in the commit plan.
+    pub rows: Option<u64>,
+    /// Winning attempt per Spark partition.
+    pub winners: Vec<(u32, String)>,
+    /// Attempts found in staging, with whether each won.
+    pub attempts: Vec<AttemptStatus>,
+    /// What gc would still remove.
+    pub gc_pending: Vec<Removal>,
+}
+
+/// One attempt as `status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptStatus {
+    /// The attempt id.
+    pub attempt: String,
+    /// It wrote its manifest.
+    pub completed: bool,
+    /// It is a winner.
+    pub won: bool,
+    /// Parts it published (per its intent).
+    pub parts: usize,
+}
+
+/// The status of every load in the ledger (or of one).
+pub async fn status(
+    ledger: &Ledger,
+    fs: &dyn RemoteFs,
+    staging: &StagingLayout,
+    only: Option<&LoadId>,
+) -> Result<Vec<LoadStatus>, CleanupError> {
+    let mut out = Vec::new();
+    for (load_id, entries) in ledger.all_entries().await? {
+        if only.is_some_and(|l| l.as_str() != load_id) {
+            continue;
+        }
+        let view = replay(entries, crate::KNOWN_KINDS).map_err(LedgerStoreError::from)?;
+        let Ok(load) = load_id.parse::<LoadId>() else {
+            continue;
+        };
+        out.push(load_status(ledger, fs, staging, &load, &view).await?);
+    }
+    Ok(out)
+}
+
+async fn load_status(
+    ledger: &Ledger,
+    fs: &dyn RemoteFs,
+    staging: &StagingLayout,
+    load: &LoadId,
+    view: &LoadView,
+) -> Result<LoadStatus, CleanupError> {
+    let plan = view
+        .entries
+        .iter()
+        .find(|e| e.entry_id == PLAN_ENTRY)
+        .and_then(|e| CommitPlan::from_json(&e.body).ok());
+    let progress = CommitProgress::from_entry_ids(view.entries.iter().map(|e| e.entry_id.as_str()))
+        .unwrap_or_default();
+    let finished_at = view
+        .entries
+        .iter()
+        .find(|e| e.kind == kind::LOAD_COMMITTED || e.kind == kind::LOAD_ABORTED)
+        .map(|e| e.written_at_ms);
+    let winners: Vec<(u32, String)> = plan
+        .as_ref()
+        .map(|p| p.winners.iter().map(|(n, a)| (*n, a.to_string())).collect())
+        .unwrap_or_default();
+    let staged = tokio::task::block_in_place(|| staged_attempts(fs, staging, load))?;
+    let attempts = staged
+        .iter()
+        .map(|a| AttemptStatus {
+            attempt: a.attempt.clone(),
+            completed: a.has_manifest,
+            won: winners.iter().any(|(_, w)| *w == a.attempt),
+            parts: a.parts.len(),
+        })
+        .collect();
+    let gc_pending = match (&view.state, &view.spec) {
+        (LoadState::Committed | LoadState::Aborted, Some(spec)) => {
+            clean_finished_load(ledger.server(), fs, staging, spec, true).await?
+        }
+        _ => Vec::new(),
+    };
+    let spec = view.spec.as_ref();
+    Ok(LoadStatus {
+        load: load.to_string(),
+        state: view.state.as_str().to_owned(),
+        table: spec.map(|s| s.target.to_string()),
+        mode: spec.map(|s| s.mode.to_string()),
+        visibility: spec.map(|s| s.visibility.to_string()),
+        opened_at_unix_ms: spec.map(|s| s.opened_at_unix_ms),
+        finished_at_unix_ms: finished_at,
+        duration_secs: spec
+            .zip(finished_at)
+            .map(|(s, f)| (f as f64 - s.opened_at_unix_ms as f64) / 1000.0),
+        partitions: plan.as_ref().map(|p| p.partitions.len()),
+        parts_planned: plan.as_ref().map(|p| p.parts.len()),
+        parts_attached: progress.attached.len(),
+        rows: plan.as_ref().map(|p| p.total_rows),
+        winners,
+        attempts,
+        gc_pending,
+    })
+}
+
+/// What one gc run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct GcReport {
+    /// Removed (or, with dry run, to remove), per load.
+    pub removed: Vec<(String, Vec<Removal>)>,
+    /// Open loads older than the bound.
+    pub stale_open: Vec<String>,
+    /// Of those, aborted by this run.
+    pub aborted: Vec<String>,
+}
+
+/// Removes what finished loads left; reports (and with `abort_stale` aborts) open loads begun
+/// more than `older_than_ms` ago. Never touches anything of an open load.
+pub async fn gc(
+    ledger: &Ledger,
+    fs: &dyn RemoteFs,
+    staging: &StagingLayout,
+    older_than_ms: Option<u64>,
+    abort_stale: bool,
+    dry_run: bool,
+) -> Result<GcReport, CleanupError> {
+    let mut report = GcReport {
+        removed: Vec::new(),
+        stale_open: Vec::new(),
+        aborted: Vec::new(),
+    };
+    let now = now_unix_ms();
+    for (load_id, entries) in ledger.all_entries().await? {
+        let view = replay(entries, crate::KNOWN_KINDS).map_err(LedgerStoreError::from)?;
+        let Some(spec) = view.spec.clone() else {
+            continue;
+        };
+        match view.state {
+            LoadState::Committed | LoadState::Aborted => {
+                let removed =
+                    clean_finished_load(ledger.server(), fs, staging, &spec, dry_run).await?;
+                if !removed.is_empty() {
+                    report.removed.push((load_id, removed));
+                }
+            }
+            LoadState::Open => {
+                if older_than_ms.is_some_and(|age| now.saturating_sub(spec.opened_at_unix_ms) > age)
+                {
+                    report.stale_open.push(load_id.clone());
+                    if abort_stale && !dry_run && !commit_made_rows_visible(&view) {
+                        let removed = abort(ledger, fs, staging, &spec.load).await?;
+                        report.aborted.push(load_id.clone());
+                        report.removed.push((load_id, removed));
+                    }
+                }
+            }
+            LoadState::Unknown => {}
+        }
+    }
+    Ok(report)
+}
