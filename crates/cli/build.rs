@@ -17,25 +17,33 @@ use crate::exit::{self, Failure};
 
 /// The server's filesystem as the config describes it.
 pub fn remote_fs(config: &Config) -> Result<Arc<dyn RemoteFs>, Failure> {
+    Ok(remote_connections(config, 1)?.remove(0))
+}
+
+/// `n` connections to the server's filesystem (one for the local transport, which needs no
+/// more: it moves parts instead of copying them).
+pub fn remote_connections(config: &Config, n: usize) -> Result<Vec<Arc<dyn RemoteFs>>, Failure> {
     match &config.transport {
-        Transport::Local => Ok(Arc::new(LocalFs::new())),
-        Transport::Sftp(ssh) => {
-            let mut cfg = SftpConfig::new(&ssh.host, ssh.port, &ssh.user, &ssh.known_hosts);
-            cfg.identity_file = ssh.identity_file.clone();
-            cfg.use_agent = ssh.use_agent;
-            cfg.connect_timeout_secs = ssh.connect_timeout.as_secs();
-            cfg.write_buffer_bytes = ssh.write_buffer_bytes;
-            let fs = SftpFs::connect(&cfg).map_err(|e| {
-                let kind = if e.is_transient() {
-                    FailureKind::Retryable
-                } else {
-                    FailureKind::Permanent
-                };
-                Failure::new(kind, e)
-            })?;
-            Ok(Arc::new(fs))
-        }
+        Transport::Local => Ok(vec![Arc::new(LocalFs::new())]),
+        Transport::Sftp(ssh) => (0..n.max(1)).map(|_| sftp_connection(ssh)).collect(),
     }
+}
+
+fn sftp_connection(ssh: &chpart_config::SshSettings) -> Result<Arc<dyn RemoteFs>, Failure> {
+    let mut cfg = SftpConfig::new(&ssh.host, ssh.port, &ssh.user, &ssh.known_hosts);
+    cfg.identity_file = ssh.identity_file.clone();
+    cfg.use_agent = ssh.use_agent;
+    cfg.connect_timeout_secs = ssh.connect_timeout.as_secs();
+    cfg.write_buffer_bytes = ssh.write_buffer_bytes;
+    let fs = SftpFs::connect(&cfg).map_err(|e| {
+        let kind = if e.is_transient() {
+            FailureKind::Retryable
+        } else {
+            FailureKind::Permanent
+        };
+        Failure::new(kind, e)
+    })?;
+    Ok(Arc::new(fs))
 }
 
 /// Makes this process die with its parent (the Spark Python worker): a killed task must not
@@ -93,7 +101,13 @@ pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
         ledger: Ledger::new(server_of(&config), &config.ledger_database),
         runtime: rt.handle().clone(),
     };
-    let fs = remote_fs(&config)?;
+    let streams = match &config.transport {
+        Transport::Sftp(ssh) => ssh.upload_connections,
+        Transport::Local => 1,
+    };
+    let connections = remote_connections(&config, streams)?;
+    let fs = connections[0].clone();
+    let uploaders: Vec<&dyn RemoteFs> = connections.iter().map(|c| c.as_ref()).collect();
     let local = LocalCommand::new(
         &config.clickhouse_local.command,
         config.clickhouse_local.timeout,
@@ -101,6 +115,7 @@ pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
     let env = BuildEnv {
         loads: &loads,
         fs: fs.as_ref(),
+        uploaders: &uploaders,
         local: &local,
         work_parent: config.clickhouse_local.work_dir.clone(),
         staging,

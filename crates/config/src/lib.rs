@@ -179,6 +179,9 @@ pub struct RawSsh {
     /// SFTP write size, in KiB. Default 256 (large writes let libssh2 pipeline).
     #[serde(default = "default_write_buffer_kib")]
     pub write_buffer_kib: usize,
+    /// SSH connections a build uploads parts over in parallel. Default 2.
+    #[serde(default = "default_upload_connections")]
+    pub upload_connections: usize,
 }
 
 /// `[clickhouse_local]`
@@ -235,6 +238,9 @@ fn default_connect_timeout_secs() -> u64 {
 }
 fn default_write_buffer_kib() -> usize {
     256
+}
+fn default_upload_connections() -> usize {
+    2
 }
 fn default_build_timeout_secs() -> u64 {
     3600
@@ -305,6 +311,8 @@ pub struct SshSettings {
     pub connect_timeout: Duration,
     /// SFTP write size in bytes.
     pub write_buffer_bytes: usize,
+    /// Parallel upload connections.
+    pub upload_connections: usize,
 }
 
 /// Validated `[clickhouse_local]`.
@@ -562,6 +570,12 @@ impl RawConfig {
                         "must be between 32 and 16384",
                     ));
                 }
+                if !(1..=16).contains(&ssh.upload_connections) {
+                    return Err(invalid(
+                        "ssh.upload_connections",
+                        "must be between 1 and 16",
+                    ));
+                }
                 Transport::Sftp(SshSettings {
                     host: ssh.host,
                     port: ssh.port,
@@ -574,6 +588,7 @@ impl RawConfig {
                         ssh.connect_timeout_secs,
                     )?,
                     write_buffer_bytes: ssh.write_buffer_kib * 1024,
+                    upload_connections: ssh.upload_connections,
                 })
             }
         };

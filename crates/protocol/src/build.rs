@@ -19,6 +19,7 @@
 
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -27,7 +28,9 @@ use chpart_build::{
     RunError, Source, Stdin, StdinInput, WorkDir,
 };
 use chpart_core::manifest::{FileEntry, Manifest, PartEntry, Target};
-use chpart_core::{detached_part_name, Attempt, LoadId, PartName, RemotePath, StagingLayout};
+use chpart_core::{
+    detached_part_name, Attempt, AttemptStaging, LoadId, PartName, RemotePath, StagingLayout,
+};
 use chpart_input::{ArrowStreamPump, ChType, InputError, InputPlan, ParquetInput, TargetColumn};
 use chpart_remote::{RemoteError, RemoteFs};
 use serde::Serialize;
@@ -73,6 +76,8 @@ pub struct BuildEnv<'a> {
     pub loads: &'a dyn LoadDirectory,
     /// The server's filesystem.
     pub fs: &'a dyn RemoteFs,
+    /// Connections parts are uploaded over in parallel (at least one; may include `fs`).
+    pub uploaders: &'a [&'a dyn RemoteFs],
     /// clickhouse-local.
     pub local: &'a LocalCommand,
     /// Parent of this attempt's local work dir.
@@ -437,13 +442,31 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
         ..Default::default()
     };
 
-    let t = Instant::now();
-    let mut entries = Vec::new();
-    for (seq, part) in built.parts.iter().enumerate() {
-        let seq = u32::try_from(seq).map_err(build_err)?;
-        let name = detached_part_name(&req.load, &req.attempt.id, &part.partition_id, seq);
-        let files: Vec<FileEntry> = digest_part(&part.dir).map_err(build_err)?;
-        entries.push(PartEntry {
+    let staging = env.staging.attempt(&req.load, &req.attempt.id);
+    let names = built
+        .parts
+        .iter()
+        .enumerate()
+        .map(|(seq, part)| {
+            let seq = u32::try_from(seq).map_err(build_err)?;
+            Ok(detached_part_name(
+                &req.load,
+                &req.attempt.id,
+                &part.partition_id,
+                seq,
+            ))
+        })
+        .collect::<Result<Vec<PartName>, BuildError>>()?;
+    let mut publisher = Publisher {
+        fs: env.fs,
+        staging_dir: staging.dir().clone(),
+        published: Vec::new(),
+    };
+    let shipped = ship_parts(env, &built.parts, &names, &staging, &mut timings);
+    let shipped = shipped.inspect_err(|_| publisher.undo())?;
+    let entries: Vec<PartEntry> = (0u32..)
+        .zip(built.parts.iter().zip(names).zip(shipped))
+        .map(|(seq, ((part, name), files))| PartEntry {
             bytes_on_disk: files.iter().map(|f| f.size).sum(),
             name,
             partition_id: part.partition_id.clone(),
@@ -451,11 +474,9 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
             rows: part.rows,
             hash_of_all_files: part.hash_of_all_files.clone(),
             files,
-        });
-    }
-    timings.digest_secs = t.elapsed().as_secs_f64();
+        })
+        .collect();
 
-    let staging = env.staging.attempt(&req.load, &req.attempt.id);
     let manifest = Manifest {
         load: req.load.clone(),
         attempt: req.attempt.clone(),
@@ -473,14 +494,11 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
         created_at_unix_ms: now_unix_ms(),
         parts: entries,
     };
-    manifest.validate().map_err(build_err)?;
-
-    let mut publisher = Publisher {
-        fs: env.fs,
-        staging_dir: staging.dir().clone(),
-        published: Vec::new(),
-    };
-    let result = publisher.ship(env, &spec, &built, &manifest, &data_path, &mut timings);
+    if let Err(e) = manifest.validate() {
+        publisher.undo();
+        return Err(build_err(e));
+    }
+    let result = publisher.publish(env, &spec, &manifest, &data_path, &mut timings);
     match result {
         Ok(()) => {
             work.close().map_err(build_err)?;
@@ -492,6 +510,78 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
             Err(e)
         }
     }
+}
+
+/// Digests every part and uploads it into staging, as a pipeline: a part goes to the uploaders
+/// (one thread per connection) as soon as its files are digested, so hashing overlaps the
+/// transfer, and a backend that moves instead of copying (the local one) never takes a part
+/// before it was digested. Returns each part's files, in order.
+fn ship_parts(
+    env: &BuildEnv<'_>,
+    parts: &[BuiltPart],
+    names: &[PartName],
+    staging: &AttemptStaging,
+    timings: &mut BuildTimings,
+) -> Result<Vec<Vec<FileEntry>>, BuildError> {
+    let t = Instant::now();
+    let parts_dir = staging.parts_dir();
+    env.fs
+        .create_dir_all(parts_dir.as_str())
+        .map_err(remote(format!("create staging dir {parts_dir}")))?;
+    let failed = AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel::<usize>();
+    let rx = Mutex::new(rx);
+    let (digested, uploads) = std::thread::scope(|scope| {
+        let digester = scope.spawn(|| {
+            let t = Instant::now();
+            let mut out = Vec::with_capacity(parts.len());
+            for (i, part) in parts.iter().enumerate() {
+                if failed.load(Ordering::Relaxed) {
+                    break;
+                }
+                out.push(digest_part(&part.dir).map_err(build_err)?);
+                let _ = tx.send(i);
+            }
+            drop(tx);
+            Ok::<_, BuildError>((out, t.elapsed().as_secs_f64()))
+        });
+        let uploaders: Vec<_> = env
+            .uploaders
+            .iter()
+            .map(|fs| {
+                let (rx, failed) = (&rx, &failed);
+                scope.spawn(move || loop {
+                    let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let Ok(i) = next else { return Ok(()) };
+                    let to = staging.part_dir(&names[i]);
+                    if let Err(e) = fs.upload_dir_consuming(&parts[i].dir, to.as_str()) {
+                        failed.store(true, Ordering::Relaxed);
+                        return Err(remote(format!("upload part {} to {to}", names[i]))(e));
+                    }
+                })
+            })
+            .collect();
+        let digested = join(digester);
+        if digested.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+        let uploads: Vec<Result<(), BuildError>> = uploaders.into_iter().map(join).collect();
+        (digested, uploads)
+    });
+    uploads
+        .into_iter()
+        .collect::<Result<Vec<()>, BuildError>>()?;
+    let (files, digest_secs) = digested?;
+    timings.digest_secs = digest_secs;
+    timings.upload_secs = t.elapsed().as_secs_f64();
+    Ok(files)
+}
+
+/// A scoped thread's result; its panic, if it panicked.
+fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    handle
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// The remote half of an attempt, remembering what it published so a failure can undo it.
@@ -509,28 +599,16 @@ struct PublishIntent<'a> {
 }
 
 impl Publisher<'_> {
-    fn ship(
+    fn publish(
         &mut self,
         env: &BuildEnv<'_>,
         spec: &LoadSpec,
-        built: &Built,
         manifest: &Manifest,
         data_path: &RemotePath,
         timings: &mut BuildTimings,
     ) -> Result<(), BuildError> {
         let fs = self.fs;
         let staging = env.staging.attempt(&manifest.load, &manifest.attempt.id);
-        let t = Instant::now();
-        let parts_dir = staging.parts_dir();
-        fs.create_dir_all(parts_dir.as_str())
-            .map_err(remote(format!("create staging dir {parts_dir}")))?;
-        for (part, entry) in built.parts.iter().zip(&manifest.parts) {
-            let to = staging.part_dir(&entry.name);
-            fs.upload_dir(&part.dir, to.as_str())
-                .map_err(remote(format!("upload part {} to {to}", entry.name)))?;
-        }
-        timings.upload_secs = t.elapsed().as_secs_f64();
-
         let t = Instant::now();
         let detached_dir = chpart_core::detached_dir(data_path);
         let detached_of = |name: &PartName| {

@@ -25,6 +25,7 @@ pub fn run_all(fs: &dyn RemoteFs, scratch: &str, local_scratch: &Path) {
     list_dir_reports_entries_without_dot_entries(fs, scratch);
     read_file_of_missing_is_not_found(fs, scratch);
     upload_then_digest_matches_local(fs, scratch, local_scratch);
+    consuming_upload_matches_local(fs, scratch, local_scratch);
     upload_into_existing_fails(fs, scratch, local_scratch);
     upload_into_missing_parent_is_not_found(fs, scratch, local_scratch);
     concurrent_uploads_to_one_name_have_one_winner(fs, scratch, local_scratch);
@@ -223,6 +224,51 @@ pub fn read_file_of_missing_is_not_found(fs: &dyn RemoteFs, scratch: &str) {
             fs.describe()
         ),
     }
+}
+
+/// `upload_dir_consuming` lands the same tree as `upload_dir` and also refuses an existing
+/// target.
+pub fn consuming_upload_matches_local(fs: &dyn RemoteFs, scratch: &str, local_scratch: &Path) {
+    let check = "consuming_upload_matches_local";
+    let dir = fresh(fs, scratch, check);
+    let (local, expected) = make_local_tree(local_scratch, check);
+    let remote = join(&dir, "part_1_1_0");
+    let stats = ok(
+        fs,
+        check,
+        "upload_dir_consuming",
+        fs.upload_dir_consuming(&local, &remote),
+    );
+    let expected_bytes: u64 = expected.values().map(|(size, _)| size).sum();
+    assert_eq!(
+        (stats.files, stats.bytes),
+        (expected.len() as u64, expected_bytes),
+        "[{}] {check}: upload stats",
+        fs.describe()
+    );
+    let digest = ok(fs, check, "digest_dir", fs.digest_dir(&remote));
+    assert_eq!(
+        digest,
+        expected,
+        "[{}] {check}: remote digest",
+        fs.describe()
+    );
+    let (again, _) = make_local_tree(local_scratch, "consuming_upload_again");
+    let err = fs
+        .upload_dir_consuming(&again, &remote)
+        .expect_err("a second upload onto the name must fail");
+    assert!(
+        matches!(err, RemoteError::AlreadyExists { .. }),
+        "[{}] {check}: expected AlreadyExists, got {err}",
+        fs.describe()
+    );
+    let digest = ok(fs, check, "digest_dir", fs.digest_dir(&remote));
+    assert_eq!(
+        digest,
+        expected,
+        "[{}] {check}: the first upload is intact",
+        fs.describe()
+    );
 }
 
 pub fn upload_then_digest_matches_local(fs: &dyn RemoteFs, scratch: &str, local_scratch: &Path) {

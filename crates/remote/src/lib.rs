@@ -67,6 +67,14 @@ pub trait RemoteFs: Send + Sync {
     /// their entries become durable when the server's filesystem commits them.
     fn upload_dir(&self, local: &Path, remote: &str) -> Result<UploadStats, RemoteError>;
 
+    /// [`RemoteFs::upload_dir`] for a caller that gives `local` up: a backend on the same
+    /// machine may move the tree instead of copying it (the local backend renames it when both
+    /// are on one filesystem, then fsyncs every file and directory). Same guarantees for
+    /// `remote`; afterwards `local` may be gone. By default, a plain upload.
+    fn upload_dir_consuming(&self, local: &Path, remote: &str) -> Result<UploadStats, RemoteError> {
+        self.upload_dir(local, remote)
+    }
+
     /// Renames `from` to `to`; fails with [`RemoteError::AlreadyExists`] if `to`
     /// exists and never overwrites. Atomic on the local backend (`renameat2`
     /// `RENAME_NOREPLACE`); over SFTP, OpenSSH's server checks the target is

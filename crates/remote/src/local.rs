@@ -207,6 +207,60 @@ impl RemoteFs for LocalFs {
         Ok(stats)
     }
 
+    fn upload_dir_consuming(&self, local: &Path, remote: &str) -> Result<UploadStats, RemoteError> {
+        let local_str = local.display().to_string();
+        // Count first and refuse what upload_dir refuses, so both report the same.
+        let mut stats = UploadStats::default();
+        let mut dirs = vec![String::new()];
+        let mut files = Vec::new();
+        for entry in walkdir::WalkDir::new(local).min_depth(1) {
+            let entry = entry.map_err(|e| walk_error("read upload source", &local_str, e))?;
+            let rel = relative_slash_path("read upload source", local, entry.path())?;
+            let ft = entry.file_type();
+            if ft.is_dir() {
+                dirs.push(rel);
+            } else if ft.is_file() {
+                let meta = entry
+                    .metadata()
+                    .map_err(|e| walk_error("read upload source", &local_str, e))?;
+                stats.bytes += meta.len();
+                stats.files += 1;
+                files.push(rel);
+            } else {
+                return Err(RemoteError::Unexpected {
+                    at: AT.to_string(),
+                    op: "read upload source",
+                    path: entry.path().display().to_string(),
+                    detail: "neither a regular file nor a directory (parts contain only those)"
+                        .into(),
+                });
+            }
+        }
+        match self.rename_noreplace(&local_str, remote) {
+            Ok(()) => {}
+            Err(RemoteError::CrossDevice { .. }) => return self.upload_dir(local, remote),
+            Err(e) => return Err(e),
+        }
+        // The writer of `local` may not have synced it; make it as durable as a copy would be.
+        for rel in &files {
+            let path = join(remote, rel);
+            fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| map_io("fsync", &path, e))?;
+        }
+        for rel in dirs.iter().rev() {
+            fsync_dir(
+                "fsync",
+                &if rel.is_empty() {
+                    remote.to_string()
+                } else {
+                    join(remote, rel)
+                },
+            )?;
+        }
+        Ok(stats)
+    }
+
     fn rename_noreplace(&self, from: &str, to: &str) -> Result<(), RemoteError> {
         let c_from = c_path("rename", from)?;
         let c_to = c_path("rename", to)?;
