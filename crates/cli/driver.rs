@@ -41,17 +41,11 @@ fn read_winners(path: &std::path::Path) -> Result<Vec<(usize, String)>, Failure>
 pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
     let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
     let winners = read_winners(&args.winners)?;
-    let config = load_config(&args.config)?;
-    let staging = StagingLayout::new(&config.staging_root)
-        .context("staging.root")
-        .map_err(usage)?;
-    let rt = runtime()?;
-    let ledger = Ledger::new(server_of(&config), &config.ledger_database);
-    let fs = remote_fs(&config)?;
+    let driver = driver_env(&args.config)?;
     let env = CommitEnv {
-        ledger: &ledger,
-        fs: fs.as_ref(),
-        staging,
+        ledger: &driver.ledger,
+        fs: driver.fs.as_ref(),
+        staging: driver.staging.clone(),
     };
     let request = CommitRequest {
         load: load.clone(),
@@ -64,7 +58,7 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
         allow_missing: args.allow_missing_partitions,
         visibility: args.visibility.map(Into::into),
     };
-    let outcome = rt.block_on(commit(&env, request)).map_err(|e| {
+    let outcome = driver.rt.block_on(commit(&env, request)).map_err(|e| {
         let kind = e.kind();
         Failure::new(
             kind,

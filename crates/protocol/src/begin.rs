@@ -148,7 +148,7 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
             table: req.target.clone(),
             message: format!(
                 "engine {} is not supported (chpart builds parts for non-replicated MergeTree-family tables)",
-                target_snapshot.engine
+                target_snapshot.shape.engine
             ),
         });
     }

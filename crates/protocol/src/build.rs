@@ -237,6 +237,7 @@ fn open_spec(loads: &dyn LoadDirectory, load: &LoadId) -> Result<LoadSpec, Build
 
 fn target_columns(spec: &LoadSpec) -> Result<Vec<TargetColumn>, BuildError> {
     spec.publish_snapshot
+        .shape
         .columns
         .iter()
         .map(|c| {
@@ -429,7 +430,7 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
         started.elapsed().as_secs_f64()
     );
     // Engines that collapse rows on insert (Replacing, Summing, ...) may legitimately make fewer.
-    let engine = &spec.publish_snapshot.engine;
+    let engine = &spec.publish_snapshot.shape.engine;
     if engine == "MergeTree" && part_rows != built.source_rows {
         return Err(BuildError::RowMismatch {
             source_rows: built.source_rows,

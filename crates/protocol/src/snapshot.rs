@@ -11,44 +11,31 @@ use serde::{Deserialize, Serialize};
 pub struct TableSnapshot {
     /// The exact `CREATE TABLE` statement.
     pub create_table_query: String,
-    /// Columns in table order.
-    pub columns: Vec<ColumnShape>,
-    /// Engine, e.g. `MergeTree`.
-    pub engine: String,
-    /// Engine with arguments and settings.
-    pub engine_full: String,
-    /// Partition key expression.
-    pub partition_key: String,
-    /// Sorting key expression.
-    pub sorting_key: String,
-    /// Primary key expression.
-    pub primary_key: String,
-    /// Sampling key expression.
-    pub sampling_key: String,
+    /// Columns, engine and keys: what the fingerprint covers.
+    pub shape: TableShape,
     /// Storage policy.
     pub storage_policy: String,
     /// One data directory per disk, each ending in `/`; `detached/` is directly under each.
     pub data_paths: Vec<String>,
     /// Table UUID.
     pub uuid: String,
-    /// Fingerprint of the shape (columns, engine, keys), independent of the table's name.
+    /// Fingerprint of the shape, independent of the table's name.
     pub fingerprint: TableFingerprint,
 }
 
 impl TableSnapshot {
     /// Snapshot from what the server reports.
     pub fn from_server(info: &TableInfo, columns: &[ColumnInfo]) -> TableSnapshot {
-        let columns: Vec<ColumnShape> = columns
-            .iter()
-            .map(|c| ColumnShape {
-                name: c.name.clone(),
-                type_name: c.type_name.clone(),
-                default_kind: c.default_kind.clone(),
-                default_expression: c.default_expression.clone(),
-            })
-            .collect();
         let shape = TableShape {
-            columns: columns.clone(),
+            columns: columns
+                .iter()
+                .map(|c| ColumnShape {
+                    name: c.name.clone(),
+                    type_name: c.type_name.clone(),
+                    default_kind: c.default_kind.clone(),
+                    default_expression: c.default_expression.clone(),
+                })
+                .collect(),
             engine: info.engine.clone(),
             engine_full: info.engine_full.clone(),
             partition_key: info.partition_key.clone(),
@@ -58,26 +45,21 @@ impl TableSnapshot {
         };
         TableSnapshot {
             create_table_query: info.create_table_query.clone(),
-            columns,
-            engine: info.engine.clone(),
-            engine_full: info.engine_full.clone(),
-            partition_key: info.partition_key.clone(),
-            sorting_key: info.sorting_key.clone(),
-            primary_key: info.primary_key.clone(),
-            sampling_key: info.sampling_key.clone(),
+            fingerprint: shape.fingerprint(),
+            shape,
             storage_policy: info.storage_policy.clone(),
             data_paths: info.data_paths.clone(),
             uuid: info.uuid.clone(),
-            fingerprint: shape.fingerprint(),
         }
     }
 
     /// Whether the engine is one chpart can build parts for (the MergeTree family, not
     /// replicated: a replicated table's parts must be attached on every replica).
     pub fn engine_supported(&self) -> bool {
-        self.engine.ends_with("MergeTree")
-            && !self.engine.starts_with("Replicated")
-            && !self.engine.starts_with("Shared")
+        let engine = &self.shape.engine;
+        engine.ends_with("MergeTree")
+            && !engine.starts_with("Replicated")
+            && !engine.starts_with("Shared")
     }
 }
 
@@ -139,7 +121,7 @@ pub(crate) mod tests {
             ("Log", false),
             ("Distributed", false),
         ] {
-            snap.engine = engine.into();
+            snap.shape.engine = engine.into();
             assert_eq!(snap.engine_supported(), ok, "{engine}");
         }
     }

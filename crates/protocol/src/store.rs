@@ -28,6 +28,19 @@ struct EntryRow {
     body: String,
 }
 
+impl From<EntryRow> for Entry {
+    fn from(r: EntryRow) -> Entry {
+        Entry {
+            load_id: r.load_id,
+            entry_id: r.entry_id,
+            kind: r.kind,
+            written_at_ms: r.written_at_ms,
+            writer: r.writer,
+            body: r.body,
+        }
+    }
+}
+
 /// A failure reading or writing the ledger.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerStoreError {
@@ -146,17 +159,7 @@ impl Ledger {
             .fetch(&sql, &[("l", load.as_str())])
             .await
             .map_err(|e| self.err(e))?;
-        Ok(rows
-            .into_iter()
-            .map(|r| Entry {
-                load_id: r.load_id,
-                entry_id: r.entry_id,
-                kind: r.kind,
-                written_at_ms: r.written_at_ms,
-                writer: r.writer,
-                body: r.body,
-            })
-            .collect())
+        Ok(rows.into_iter().map(Entry::from).collect())
     }
 
     /// The load's state by replay. A missing ledger table means no load was ever begun.
@@ -207,14 +210,9 @@ impl Ledger {
         let mut out: std::collections::BTreeMap<String, Vec<Entry>> =
             std::collections::BTreeMap::new();
         for r in rows {
-            out.entry(r.load_id.clone()).or_default().push(Entry {
-                load_id: r.load_id,
-                entry_id: r.entry_id,
-                kind: r.kind,
-                written_at_ms: r.written_at_ms,
-                writer: r.writer,
-                body: r.body,
-            });
+            out.entry(r.load_id.clone())
+                .or_default()
+                .push(Entry::from(r));
         }
         Ok(out)
     }

@@ -60,8 +60,8 @@ fn begin_opens_once_snapshots_the_table_and_creates_the_shadow() {
     let shadow = shadow_table(&req.target, &req.load).unwrap();
     assert_eq!(spec.publish, shadow);
     assert_eq!(spec.server_version, "26.9.2.1");
-    assert_eq!(spec.target_snapshot.partition_key, "toYYYYMM(ts)");
-    assert_eq!(spec.target_snapshot.columns.len(), 3);
+    assert_eq!(spec.target_snapshot.shape.partition_key, "toYYYYMM(ts)");
+    assert_eq!(spec.target_snapshot.shape.columns.len(), 3);
     assert_eq!(
         spec.target_snapshot.fingerprint,
         spec.publish_snapshot.fingerprint
