@@ -280,8 +280,11 @@ pub async fn abort(
         .append(load, "abort", kind::LOAD_ABORTED, &body)
         .await?;
     let view = ledger.view(load, crate::KNOWN_KINDS).await?;
-    if view.state == LoadState::Committed {
-        return Err(CleanupError::Committed(load.clone()));
+    match view.state {
+        LoadState::Committed => return Err(CleanupError::Committed(load.clone())),
+        // A commit announced a visible step before our abort entry: the abort does not count.
+        LoadState::Open => return Err(CleanupError::CommitInProgress(load.clone())),
+        _ => {}
     }
     match &view.spec {
         Some(spec) => clean_finished_load(ledger.server(), fs, staging, spec, false).await,
