@@ -30,6 +30,7 @@ use anyhow::{bail, Context};
 use chpart_testenv::clickhouse::ClickHouse;
 use chpart_testenv::sshd::Sshd;
 
+use crate::chpart::{Chpart, Configs};
 use crate::gen::{generate, GenOptions};
 use crate::local::{self, DATABASE, TABLE};
 use crate::measure::{self, Measured};
@@ -225,7 +226,12 @@ pub fn run(options: &BuildOptions) -> anyhow::Result<()> {
     let chpart = if options.raw_only {
         None
     } else {
-        Some(Chpart::find(options.chpart.as_deref())?)
+        Some(Chpart::find(
+            options.chpart.as_deref(),
+            &["begin", "build"],
+            ", or run with --raw-only to measure only the baselines (raw clickhouse-local, scp, \
+             server INSERT)",
+        )?)
     };
     let clickhouse_local = chpart_testenv::clickhouse_local();
 
@@ -270,10 +276,10 @@ pub fn run(options: &BuildOptions) -> anyhow::Result<()> {
 
     let configs = Configs::write(&root, &server, &sshd, &clickhouse_local, &staging)?;
     if let Some(chpart) = &chpart {
-        chpart.begin(&configs.local, "bench-local")?;
-        chpart.begin(&configs.sftp, "bench-sftp")?;
+        chpart.begin(&configs.local, &target, "bench-local", None)?;
+        chpart.begin(&configs.sftp, &target, "bench-sftp", None)?;
         if options.merge {
-            chpart.begin(&configs.local, "bench-merge")?;
+            chpart.begin(&configs.local, &target, "bench-merge", None)?;
         }
     }
 
@@ -310,210 +316,6 @@ pub fn run(options: &BuildOptions) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The chpart configurations of the run, one per transport.
-struct Configs {
-    local: PathBuf,
-    sftp: PathBuf,
-}
-
-impl Configs {
-    fn write(
-        root: &Path,
-        server: &ClickHouse,
-        sshd: &Sshd,
-        clickhouse_local: &Path,
-        staging: &Path,
-    ) -> anyhow::Result<Configs> {
-        let work = root.join("chpart-work");
-        fs::create_dir_all(&work)?;
-        let common = format!(
-            "[clickhouse]\nurl = {}\nuser = \"default\"\nrequest_timeout_secs = 600\n\n\
-             [clickhouse_local]\ncommand = {}\nwork_dir = {}\ntimeout_secs = 3600\n\n\
-             [staging]\nroot = {}\n\n[ledger]\ndatabase = \"chpart\"\n",
-            toml_str(&server.url()),
-            toml_path(clickhouse_local)?,
-            toml_path(&work)?,
-            toml_path(staging)?,
-        );
-        let local = root.join("chpart-local.toml");
-        fs::write(&local, format!("{common}\n[transport]\nkind = \"local\"\n"))?;
-        let sftp = root.join("chpart-sftp.toml");
-        fs::write(
-            &sftp,
-            format!(
-                "{common}\n[transport]\nkind = \"sftp\"\n\n[ssh]\nhost = \"127.0.0.1\"\nport = {}\n\
-                 user = \"root\"\nidentity_file = {}\nknown_hosts = {}\n",
-                sshd.port,
-                toml_path(&sshd.client_key)?,
-                toml_path(&sshd.known_hosts)?,
-            ),
-        )?;
-        Ok(Configs { local, sftp })
-    }
-}
-
-fn toml_str(text: &str) -> String {
-    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
-fn toml_path(path: &Path) -> anyhow::Result<String> {
-    let text = path
-        .to_str()
-        .with_context(|| format!("{} is not UTF-8", path.display()))?;
-    Ok(toml_str(text))
-}
-
-/// The chpart binary under test.
-struct Chpart {
-    exe: PathBuf,
-}
-
-impl Chpart {
-    /// Finds chpart and checks it has the subcommands the benchmark drives.
-    fn find(explicit: Option<&Path>) -> anyhow::Result<Chpart> {
-        let exe = match explicit {
-            Some(path) => path.to_path_buf(),
-            None => std::env::current_exe()?
-                .parent()
-                .context("this executable has no directory")?
-                .join("chpart"),
-        };
-        if !exe.exists() {
-            bail!(
-                "chpart not found at {}: build it with `cargo build --release` (it lands next to \
-                 chpart-bench), pass --chpart PATH, or run with --raw-only to measure only the \
-                 baselines (raw clickhouse-local, scp, server INSERT)",
-                exe.display()
-            );
-        }
-        let chpart = Chpart { exe };
-        for sub in ["begin", "build"] {
-            let out = chpart
-                .command()
-                .args([sub, "--help"])
-                .output()
-                .with_context(|| format!("run {} {sub} --help", chpart.exe.display()))?;
-            if !out.status.success() {
-                bail!(
-                    "{} has no `{sub}` subcommand yet (`chpart {sub} --help` failed: {}). The \
-                     build benchmark drives `chpart begin` and `chpart build`; rebuild chpart \
-                     once they exist, or run with --raw-only to measure only the baselines \
-                     (raw clickhouse-local, scp, server INSERT).",
-                    chpart.exe.display(),
-                    measure::tail(&out.stderr, 3).trim()
-                );
-            }
-        }
-        Ok(chpart)
-    }
-
-    /// A chpart command with no `CHPART_*` variables from the caller's environment: they
-    /// override config keys, and the benchmark's configs must be what runs.
-    fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.exe);
-        // Plain log lines: the phase timings are read from them.
-        cmd.env("NO_COLOR", "1");
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("CHPART_") {
-                cmd.env_remove(key);
-            }
-        }
-        cmd
-    }
-
-    fn begin(&self, config: &Path, load: &str) -> anyhow::Result<()> {
-        let run = measure::run(
-            self.command()
-                .arg("begin")
-                .arg("--config")
-                .arg(config)
-                .args([
-                    "--table",
-                    &format!("{DATABASE}.{TABLE}"),
-                    "--load",
-                    load,
-                    "--json",
-                ]),
-        )?;
-        run.check()
-    }
-
-    fn build(
-        &self,
-        config: &Path,
-        load: &str,
-        attempt: &str,
-        inputs: &[PathBuf],
-        merge: bool,
-    ) -> anyhow::Result<(Measured, ManifestSummary)> {
-        let mut cmd = self.command();
-        cmd.arg("build").arg("--config").arg(config).args([
-            "--load",
-            load,
-            "--partition",
-            "0",
-            "--attempt",
-            attempt,
-        ]);
-        for input in inputs {
-            cmd.arg("--input").arg(input);
-        }
-        if merge {
-            cmd.arg("--merge");
-        }
-        let run = measure::run(&mut cmd)?;
-        run.check()?;
-        let summary = ManifestSummary::parse(&run.stdout_text())
-            .with_context(|| format!("the manifest printed by {}", run.described))?;
-        Ok((run, summary))
-    }
-}
-
-/// What the benchmark reads from an attempt manifest.
-#[derive(Debug, PartialEq, Eq)]
-struct ManifestSummary {
-    parts: usize,
-    rows: u64,
-    /// Bytes of all files of all parts.
-    bytes: u64,
-}
-
-impl ManifestSummary {
-    /// Reads the manifest line `chpart build` prints (the last non-empty line of stdout).
-    fn parse(stdout: &str) -> anyhow::Result<ManifestSummary> {
-        let line = stdout
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .context("chpart build printed no manifest")?;
-        let manifest: serde_json::Value = serde_json::from_str(line).context("not JSON")?;
-        let parts = manifest["parts"].as_array().context("no `parts` array")?;
-        let field = |part: &serde_json::Value, name: &str| {
-            part[name]
-                .as_u64()
-                .with_context(|| format!("a part without a numeric `{name}`"))
-        };
-        let mut summary = ManifestSummary {
-            parts: parts.len(),
-            rows: 0,
-            bytes: 0,
-        };
-        for part in parts {
-            summary.rows += field(part, "rows")?;
-            // Every file chpart moved, as scp's figure counts them; bytes_on_disk leaves out a
-            // few small ones.
-            summary.bytes += match part["files"].as_array() {
-                Some(files) => files
-                    .iter()
-                    .map(|f| field(f, "size"))
-                    .sum::<anyhow::Result<u64>>()?,
-                None => field(part, "bytes_on_disk")?,
-            };
-        }
-        Ok(summary)
-    }
 }
 
 /// One round of every variant.
@@ -562,7 +364,8 @@ impl Round<'_> {
             ] {
                 let cpu = self.server.cpu_seconds();
                 let attempt = format!("{transport}-r{}", self.round);
-                let (run, manifest) = chpart.build(config, load, &attempt, self.inputs, false)?;
+                let (run, manifest) =
+                    chpart.build(config, load, 0, &attempt, self.inputs, false)?;
                 self.expect_rows(variant.label(), manifest.rows)?;
                 results.chpart_parts = Some(manifest.parts);
                 results.add(
@@ -607,6 +410,7 @@ impl Round<'_> {
                 let (run, manifest) = chpart.build(
                     &self.configs.local,
                     "bench-merge",
+                    0,
                     &attempt,
                     self.inputs,
                     true,
@@ -993,32 +797,6 @@ fn upload_estimate(results: &Results) -> Option<Estimate> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_manifest_summary_adds_up_the_parts() {
-        let manifest = fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../fixtures/manifests/valid/multi_partition.json"),
-        )
-        .unwrap();
-        let value: serde_json::Value = serde_json::from_str(&manifest).unwrap();
-        let line = format!(
-            "log line on stdout\n{}\n\n",
-            serde_json::to_string(&value).unwrap()
-        );
-        let summary = ManifestSummary::parse(&line).unwrap();
-        let parts = value["parts"].as_array().unwrap();
-        assert_eq!(summary.parts, parts.len());
-        assert_eq!(
-            summary.rows,
-            parts
-                .iter()
-                .map(|p| p["rows"].as_u64().unwrap())
-                .sum::<u64>()
-        );
-        assert!(ManifestSummary::parse("").is_err());
-        assert!(ManifestSummary::parse("{\"parts\": [{\"rows\": 1}]}").is_err());
-    }
 
     #[test]
     fn phases_are_read_from_chpart_log_line() {

@@ -30,11 +30,17 @@ use crate::rng::{mix64, Rng, Weights};
 
 /// The ClickHouse table the generated Parquet files fill, column for column.
 pub fn ddl(table: &str) -> String {
+    ddl_partitioned(table, "toYYYYMMDD(ts)")
+}
+
+/// [`ddl`] with another partition key (an expression of the columns), e.g. one that cuts an
+/// hour into many partitions, so that a small input makes many parts.
+pub fn ddl_partitioned(table: &str, partition_by: &str) -> String {
     format!(
         "CREATE TABLE {table} (ts DateTime64(3, 'UTC'), user_id UInt64, event LowCardinality(String), \
          url String, country FixedString(2), revenue Nullable(Decimal(18, 4)), tags Array(String), \
          props Map(String, String), session_id Nullable(String), duration_ms Nullable(UInt32)) \
-         ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY (event, user_id, ts)"
+         ENGINE = MergeTree PARTITION BY {partition_by} ORDER BY (event, user_id, ts)"
     )
 }
 

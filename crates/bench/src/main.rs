@@ -5,11 +5,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use chpart_bench::build::{self, BuildOptions};
+use chpart_bench::commit::{self, CommitOptions, Transport};
 use chpart_bench::gen::{self, GenOptions};
 use chpart_bench::{events, interrupt};
 use clap::{Parser, Subcommand};
 
-/// Benchmarks for chpart's executor side.
+/// Benchmarks for chpart: the executor side (build) and the driver side (commit).
 #[derive(Debug, Parser)]
 #[command(name = "chpart-bench")]
 struct Cli {
@@ -83,6 +84,48 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         work_dir: Option<PathBuf>,
     },
+    /// The driver-side benchmark: ATTACH rate of `chpart commit`, time to visible under a
+    /// polling reader, and server CPU per GB against `INSERT ... FORMAT Parquet`, against a
+    /// server and sshd it starts itself.
+    Commit {
+        /// Parts in the ATTACH-rate loads (builds of at most 100 parts each).
+        #[arg(long, default_value_t = 1000)]
+        parts: u32,
+        /// Parts in the time-to-visible loads.
+        #[arg(long, default_value_t = 100)]
+        load_parts: u32,
+        /// Rows loaded by INSERT and by chpart for the server-CPU-per-GB comparison.
+        #[arg(long, default_value_t = 5_000_000)]
+        rows: u64,
+        /// Rows per small part (ATTACH-rate and time-to-visible loads), on average.
+        #[arg(long, default_value_t = 100)]
+        rows_per_part: u64,
+        /// Seed of the row stream.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// The first hour (UTC) of events, as YYYY-MM-DDTHH; small-part loads use one hour per
+        /// build from there.
+        #[arg(long, default_value = "2026-11-30T09")]
+        hour: String,
+        /// How chpart commit reaches the server's filesystem to verify parts.
+        #[arg(long, value_enum, default_value = "sftp")]
+        transport: Transport,
+        /// Skip the `--visibility partition` loads.
+        #[arg(long)]
+        no_partition_visibility: bool,
+        /// Skip the server-CPU-per-GB comparison.
+        #[arg(long)]
+        no_cpu: bool,
+        /// Keep the benchmark's directory (inputs, configs, winners files).
+        #[arg(long)]
+        keep: bool,
+        /// The chpart binary [default: chpart next to chpart-bench].
+        #[arg(long, value_name = "PATH")]
+        chpart: Option<PathBuf>,
+        /// Where the benchmark's directory is made [default: the system temp directory].
+        #[arg(long, value_name = "DIR")]
+        work_dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -136,6 +179,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             merge,
             server_insert: !no_server_insert,
             raw_only,
+            keep,
+            chpart,
+            work_dir,
+        })?,
+        Cmd::Commit {
+            parts,
+            load_parts,
+            rows,
+            rows_per_part,
+            seed,
+            hour,
+            transport,
+            no_partition_visibility,
+            no_cpu,
+            keep,
+            chpart,
+            work_dir,
+        } => commit::run(&CommitOptions {
+            parts,
+            load_parts,
+            rows,
+            rows_per_part,
+            seed,
+            hour_start_secs: gen::parse_hour(&hour)?,
+            transport,
+            no_partition_visibility,
+            no_cpu,
             keep,
             chpart,
             work_dir,

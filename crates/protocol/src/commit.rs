@@ -36,6 +36,11 @@ use crate::FailureKind;
 
 /// How many observe-decide rounds a commit waits for parts another process holds.
 const MAX_ROUNDS: u32 = 60;
+/// Parts whose intents (and then outcomes) go into one ledger INSERT.
+const ATTACH_BATCH: usize = 256;
+/// ATTACH statements in flight at once: the server claims each part by a rename, so they do
+/// not interfere, and a few in flight hide the round trips.
+const ATTACH_CONCURRENCY: usize = 4;
 /// Pause between rounds.
 const ROUND_PAUSE: Duration = Duration::from_millis(500);
 
@@ -311,15 +316,22 @@ async fn check_table(
     Ok(())
 }
 
-async fn record(
+/// Records several entries of one kind in one ledger INSERT (all or none).
+async fn record_many(
     env: &CommitEnv<'_>,
     load: &LoadId,
     progress: &mut CommitProgress,
-    entry: CommitEntry,
+    entries: Vec<CommitEntry>,
     kind: &str,
 ) -> Result<(), CommitError> {
-    env.ledger.append(load, &entry.id(), kind, "{}").await?;
-    progress.record(entry);
+    let rows: Vec<(String, &str, String)> = entries
+        .iter()
+        .map(|e| (e.id(), kind, "{}".to_owned()))
+        .collect();
+    env.ledger.append_many(load, &rows).await?;
+    for entry in entries {
+        progress.record(entry);
+    }
     Ok(())
 }
 
@@ -515,6 +527,12 @@ async fn verify_waiting_parts(
 }
 
 /// Attaches every planned part not yet attached; returns how many this call attached itself.
+///
+/// Each round observes the table once, decides every part, records the intents of a batch in
+/// one ledger INSERT, sends that batch's ATTACHes a few at a time, and records their outcomes in
+/// one INSERT: a part still costs one ATTACH, but the ledger costs two writes per batch, not per
+/// part. A crash anywhere in between leaves intents whose parts are either still in detached/
+/// (attached on resume) or gone without a leftover (recorded as attached on resume).
 async fn attach_parts(
     env: &CommitEnv<'_>,
     spec: &LoadSpec,
@@ -522,11 +540,12 @@ async fn attach_parts(
     progress: &mut CommitProgress,
 ) -> Result<usize, CommitError> {
     let server = env.ledger.server();
-    let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
     let mut attached = 0;
     for round in 0..MAX_ROUNDS {
         let observed = table_parts(server, &spec.publish).await?;
         let mut waiting = None;
+        let mut vanished = Vec::new();
+        let mut to_attach = Vec::new();
         for part in &plan.parts {
             let name = part.name.to_string();
             let facts = PartFacts {
@@ -540,57 +559,31 @@ async fn attach_parts(
             };
             match decide_part(&facts) {
                 PartStep::Skip => {}
-                PartStep::RecordAttached => {
-                    record(
-                        env,
-                        &spec.load,
-                        progress,
-                        CommitEntry::Attached(part.name.clone()),
-                        kind::PART_ATTACHED,
-                    )
-                    .await?
-                }
-                PartStep::Attach => {
-                    record(
-                        env,
-                        &spec.load,
-                        progress,
-                        CommitEntry::AttachIntent(part.name.clone()),
-                        kind::ATTACH_INTENT,
-                    )
-                    .await?;
-                    crash_point("before-attach");
-                    match server.attach_part(db, table, &name).await {
-                        Ok(()) => {
-                            crash_point("after-attach");
-                            attached += 1;
-                            record(
-                                env,
-                                &spec.load,
-                                progress,
-                                CommitEntry::Attached(part.name.clone()),
-                                kind::PART_ATTACHED,
-                            )
-                            .await?;
-                        }
-                        // Claimed by a concurrent commit ("not found"), or an outcome we cannot
-                        // know (the connection broke): observe again, never resend blindly.
-                        Err(e)
-                            if e.code() == Some(233)
-                                || e.class(false) == chpart_server::ErrorClass::Unknown =>
-                        {
-                            tracing::warn!(
-                                "ATTACH PART {name}: {e}; observing again before deciding"
-                            );
-                            waiting = Some(name);
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                }
+                PartStep::RecordAttached => vanished.push(CommitEntry::Attached(part.name.clone())),
+                PartStep::Attach => to_attach.push(part.name.clone()),
                 PartStep::Wait => waiting = Some(name),
                 PartStep::Lost => {
                     return Err(CommitError::PartLost(Box::new(PartLost::new(plan, part))))
                 }
+            }
+        }
+        record_many(env, &spec.load, progress, vanished, kind::PART_ATTACHED).await?;
+        for batch in to_attach.chunks(ATTACH_BATCH) {
+            let intents = batch
+                .iter()
+                .cloned()
+                .map(CommitEntry::AttachIntent)
+                .collect();
+            record_many(env, &spec.load, progress, intents, kind::ATTACH_INTENT).await?;
+            let (done, unclear, failure) = attach_batch(server, &spec.publish, batch).await;
+            attached += done.len();
+            let outcomes = done.into_iter().map(CommitEntry::Attached).collect();
+            record_many(env, &spec.load, progress, outcomes, kind::PART_ATTACHED).await?;
+            if let Some(e) = failure {
+                return Err(e.into());
+            }
+            if let Some(name) = unclear {
+                waiting = Some(name);
             }
         }
         match waiting {
@@ -605,6 +598,60 @@ async fn attach_parts(
         }
     }
     unreachable!("the loop returns by its last round")
+}
+
+/// Sends `ATTACH PART` for each part, [`ATTACH_CONCURRENCY`] at a time. Returns the parts
+/// attached, one whose outcome is unclear (claimed by a concurrent commit: "not found"; or the
+/// connection broke), and the first other error. Unclear outcomes are never resent: the next
+/// observation decides them.
+async fn attach_batch(
+    server: &chpart_server::Server,
+    table: &TableRef,
+    batch: &[chpart_core::PartName],
+) -> (
+    Vec<chpart_core::PartName>,
+    Option<String>,
+    Option<ServerError>,
+) {
+    let (mut done, mut unclear, mut failure) = (Vec::new(), None, None);
+    let mut pending = batch.iter();
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        while running.len() < ATTACH_CONCURRENCY {
+            let Some(part) = pending.next() else { break };
+            if failure.is_some() {
+                break;
+            }
+            crash_point("before-attach");
+            let (server, part) = (server.clone(), part.clone());
+            let (db, name) = (table.database.to_string(), table.table.to_string());
+            running.spawn(async move {
+                let result = server.attach_part(&db, &name, &part.to_string()).await;
+                (part, result)
+            });
+        }
+        let Some(joined) = running.join_next().await else {
+            break;
+        };
+        let (part, result) = joined.expect("an ATTACH task does not panic");
+        match result {
+            Ok(()) => {
+                crash_point("after-attach");
+                done.push(part);
+            }
+            Err(e)
+                if e.code() == Some(233)
+                    || e.class(false) == chpart_server::ErrorClass::Unknown =>
+            {
+                tracing::warn!("ATTACH PART {part}: {e}; observing again before deciding");
+                unclear = Some(part.to_string());
+            }
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    (done, unclear, failure)
 }
 
 /// After attaching into a shadow table: its rows per partition are exactly the plan's (the
@@ -689,7 +736,8 @@ async fn publish_partitions(
             Mode::Replace => Some(table_parts(server, &spec.target).await?),
             Mode::Append => None,
         };
-        let mut again = false;
+        let mut confirmed = Vec::new();
+        let mut statements = Vec::new();
         for partition in &plan.partitions {
             let pid = partition.partition_id.as_str();
             let shadow_hashes = in_shadow.hashes_by_partition.get(pid);
@@ -701,34 +749,60 @@ async fn publish_partitions(
                     shadow_hashes.is_some() && t.hashes_by_partition.get(pid) == shadow_hashes
                 }),
             };
-            let sql = match decide_partition(spec.mode, &facts) {
-                PartitionStep::Skip => continue,
-                PartitionStep::RecordPublished => {
-                    let entry = CommitEntry::Published(partition.partition_id.clone());
-                    record(env, &spec.load, progress, entry, kind::PARTITION_PUBLISHED).await?;
-                    continue;
-                }
-                PartitionStep::Move => format!(
-                    "ALTER TABLE {shadow} MOVE PARTITION ID {} TO TABLE {target}",
-                    quote_str(pid)
-                ),
-                PartitionStep::Replace => format!(
-                    "ALTER TABLE {target} REPLACE PARTITION ID {} FROM {shadow}",
-                    quote_str(pid)
-                ),
+            let id = partition.partition_id.clone();
+            match decide_partition(spec.mode, &facts) {
+                PartitionStep::Skip => {}
+                PartitionStep::RecordPublished => confirmed.push(CommitEntry::Published(id)),
+                PartitionStep::Move => statements.push((
+                    id,
+                    true,
+                    format!(
+                        "ALTER TABLE {shadow} MOVE PARTITION ID {} TO TABLE {target}",
+                        quote_str(pid)
+                    ),
+                )),
+                PartitionStep::Replace => statements.push((
+                    id,
+                    false,
+                    format!(
+                        "ALTER TABLE {target} REPLACE PARTITION ID {} FROM {shadow}",
+                        quote_str(pid)
+                    ),
+                )),
                 PartitionStep::Broken => {
                     return Err(CommitError::PartitionBroken(Box::new(
                         PartitionBroken::new(plan, &partition.partition_id, &facts),
                     )))
                 }
-            };
-            let intent = CommitEntry::PublishIntent(partition.partition_id.clone());
-            record(env, &spec.load, progress, intent, kind::PUBLISH_INTENT).await?;
+            }
+        }
+        record_many(
+            env,
+            &spec.load,
+            progress,
+            confirmed,
+            kind::PARTITION_PUBLISHED,
+        )
+        .await?;
+        let again = !statements.is_empty();
+        let intents = statements
+            .iter()
+            .map(|(id, _, _)| CommitEntry::PublishIntent(id.clone()))
+            .collect();
+        record_many(env, &spec.load, progress, intents, kind::PUBLISH_INTENT).await?;
+        let mut moved = Vec::new();
+        for (id, is_move, sql) in statements {
             crash_point("before-publish");
             server.execute(&sql).await?;
             crash_point("after-publish");
-            again = true; // the next observation confirms it and records it
+            // A MOVE that returned has moved the partition; a REPLACE is confirmed by the next
+            // observation (target hashes equal to the shadow's), since upstream it is not
+            // crash-atomic.
+            if is_move {
+                moved.push(CommitEntry::Published(id));
+            }
         }
+        record_many(env, &spec.load, progress, moved, kind::PARTITION_PUBLISHED).await?;
         if !again {
             return Ok(());
         }

@@ -4,7 +4,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use chpart_core::LoadId;
-use chpart_server::{quote_ident, Server, ServerError};
+use chpart_server::{quote_ident, quote_str, Server, ServerError};
 use clickhouse::Row;
 use serde::Deserialize;
 
@@ -129,22 +129,40 @@ impl Ledger {
         kind: &str,
         body: &str,
     ) -> Result<(), LedgerStoreError> {
-        let sql = format!(
-            "INSERT INTO {} (load_id, entry_id, kind, writer, body) \
-             SELECT {{l:String}}, {{e:String}}, {{k:String}}, {{w:String}}, {{b:String}}",
-            self.table()
-        );
-        let params = [
-            ("l", load.as_str()),
-            ("e", entry_id),
-            ("k", kind),
-            ("w", self.writer.as_str()),
-            ("b", body),
-        ];
-        self.server
-            .execute_with(&sql, &params)
+        self.append_many(load, &[(entry_id.to_owned(), kind, body.to_owned())])
             .await
-            .map_err(|e| self.err(e))
+    }
+
+    /// Appends entries `(entry_id, kind, body)` in one INSERT: all of them or none become
+    /// durable together. The values travel as SQL literals in the request body (not as query
+    /// parameters, which HTTP limits to 128 KiB each), so a plan of any size fits.
+    pub async fn append_many(
+        &self,
+        load: &LoadId,
+        entries: &[(String, &str, String)],
+    ) -> Result<(), LedgerStoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<String> = entries
+            .iter()
+            .map(|(id, kind, body)| {
+                format!(
+                    "({}, {}, {}, {}, {})",
+                    quote_str(load.as_str()),
+                    quote_str(id),
+                    quote_str(kind),
+                    quote_str(&self.writer),
+                    quote_str(body)
+                )
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO {} (load_id, entry_id, kind, writer, body) VALUES {}",
+            self.table(),
+            rows.join(", ")
+        );
+        self.server.execute(&sql).await.map_err(|e| self.err(e))
     }
 
     /// Every entry of `load`, raw.

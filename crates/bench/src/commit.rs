@@ -1,0 +1,1698 @@
+//! `chpart-bench commit`: the driver side of chpart, measured in one run on its own server.
+//!
+//! Three figures, each from real `chpart begin`, `chpart build` and `chpart commit` runs:
+//!
+//! 1. **ATTACH rate**: a load of about `--parts` small parts, committed with `--visibility part`
+//!    (each part attached straight into the target; over SFTP and, for comparison, with the
+//!    local transport) and with `--visibility partition` (parts attached into the load's shadow
+//!    table, then one `MOVE PARTITION` per partition): the wall time of the whole
+//!    `chpart commit` command and parts per second. A commit that fails is reported, and the
+//!    same number of parts is then committed as one load per build, so that a rate is still
+//!    measured.
+//! 2. **Time to visible**: a load of `--load-parts` parts, committed while another thread polls
+//!    `SELECT count()` on the target in a tight loop: when the first rows and when all rows
+//!    became visible, counted from the start of `chpart commit`; beside it, a load of the same
+//!    size committed with no reader. The poller also checks that readers never see more rows
+//!    than the load has, nor fewer than they saw before.
+//! 3. **Server CPU per GB**: the same `--rows` generated rows loaded (a) by
+//!    `INSERT ... FORMAT Parquet` over HTTP, as row-inserting connectors do, and (b) by chpart;
+//!    the server process's utime+stime around each step, per GB of uncompressed column data.
+//!    chpart's build runs clickhouse-local outside the server, so the figure judged is the
+//!    commit's; begin, build and the merges of the commit's ledger entries are shown beside it.
+//!    This one runs first, on the fresh server.
+//!
+//! Small parts come from a table that cuts each hour into `P` partitions
+//! (`intDiv(seconds into the hour * P, 3600)`) and from inputs that each hold one hour of
+//! events: one build then makes one part per partition, `P` parts. `P` is at most 100, because
+//! clickhouse-local refuses an insert block that touches more partitions than
+//! `max_partitions_per_insert_block` (100 by default), so a load of 1000 parts is 10 builds of
+//! 100 parts each, the shape of a 10-task Spark job whose tasks each write 100 partitions.
+//! Merges are stopped on every target and shadow table, so the parts counted are the parts
+//! attached, and neither way of loading gets background merges billed to it.
+//!
+//! Builds use the local transport (they are set-up here, not measured; the parts they leave in
+//! `detached/` are the same whatever the transport); commits use `--transport` (SFTP by
+//! default, as a driver that is not on the ClickHouse host). Every load is checked: the rows
+//! and parts the commit reports, the rows and active parts in the target, nothing left in
+//! `detached/`, an empty shadow table. Nothing here asserts a timing.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use chpart_testenv::clickhouse::ClickHouse;
+use chpart_testenv::sshd::Sshd;
+
+use crate::chpart::{Chpart, Configs};
+use crate::gen::{generate, GenOptions, GenReport};
+use crate::local::{quote, DATABASE};
+use crate::measure::{self, Measured};
+use crate::{events, http, interrupt};
+
+/// The most partitions one build may touch: clickhouse-local's default
+/// `max_partitions_per_insert_block`, beyond which it refuses the insert.
+pub const MAX_PARTITIONS_PER_BUILD: u32 = 100;
+
+/// The targets the report checks.
+const ATTACH_RATE_TARGET: f64 = 200.0;
+const VISIBLE_TARGET_SECS: f64 = 1.0;
+const CPU_RATIO_TARGET: f64 = 100.0;
+
+/// Pause between two polls of the time-to-visible reader (each poll is one HTTP query).
+const POLL_PAUSE: Duration = Duration::from_millis(1);
+/// The idle window that measures the server's background CPU.
+const IDLE_WINDOW: Duration = Duration::from_secs(2);
+/// The server counts as quiet once it has run no merge for this long ...
+const QUIET_FOR: Duration = Duration::from_millis(500);
+/// ... checked this often ...
+const QUIET_POLL: Duration = Duration::from_millis(50);
+/// ... waiting at most this long.
+const QUIET_LIMIT: Duration = Duration::from_secs(60);
+/// chpart's ledger table (`[ledger] database` of the benchmark's configs).
+const LEDGER: &str = "chpart.ledger";
+
+/// How `chpart commit` reaches the server's filesystem (to verify the parts before attaching).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    /// Over SFTP through the run's loopback sshd, as a driver on another host does.
+    Sftp,
+    /// Plain filesystem calls (the driver runs on the ClickHouse host).
+    Local,
+}
+
+impl Transport {
+    fn label(self) -> &'static str {
+        match self {
+            Transport::Sftp => "SFTP (loopback sshd)",
+            Transport::Local => "the local transport",
+        }
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct CommitOptions {
+    /// Parts in the ATTACH-rate loads (rounded up to whole builds of equal size).
+    pub parts: u32,
+    /// Parts in the time-to-visible loads.
+    pub load_parts: u32,
+    /// Rows of the CPU-per-GB comparison.
+    pub rows: u64,
+    /// Rows per small part, on average.
+    pub rows_per_part: u64,
+    /// Generator seed.
+    pub seed: u64,
+    /// Start of the first input hour, Unix seconds.
+    pub hour_start_secs: i64,
+    /// How `chpart commit` reaches the server's filesystem.
+    pub transport: Transport,
+    /// Skip the `--visibility partition` variants.
+    pub no_partition_visibility: bool,
+    /// Skip the CPU-per-GB comparison.
+    pub no_cpu: bool,
+    /// Keep the benchmark's directory (inputs, configs, winners files).
+    pub keep: bool,
+    /// The chpart binary; default: `chpart` next to this executable.
+    pub chpart: Option<PathBuf>,
+    /// Parent of the benchmark's directory; default: the system temp directory.
+    pub work_dir: Option<PathBuf>,
+}
+
+/// How a load of many small parts is cut: `builds` builds (Spark partitions), each of one
+/// hour, each making `per_build` parts (one per ClickHouse partition of that hour).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Builds, i.e. Spark partitions and winning manifests.
+    pub builds: u32,
+    /// Parts per build, i.e. ClickHouse partitions per hour.
+    pub per_build: u32,
+}
+
+impl Shape {
+    /// The fewest builds of at most [`MAX_PARTITIONS_PER_BUILD`] parts that make at least
+    /// `parts` parts, with the parts spread evenly over them.
+    pub fn for_parts(parts: u32) -> anyhow::Result<Shape> {
+        if parts == 0 {
+            bail!("a load needs at least one part");
+        }
+        let builds = parts.div_ceil(MAX_PARTITIONS_PER_BUILD);
+        Ok(Shape {
+            builds,
+            per_build: parts.div_ceil(builds),
+        })
+    }
+
+    /// Parts of the whole load.
+    pub fn parts(&self) -> u32 {
+        self.builds * self.per_build
+    }
+
+    /// The partition key that cuts each hour into `per_build` partitions of equal length.
+    pub fn partition_key(&self) -> String {
+        format!(
+            "(toStartOfHour(ts), intDiv(toUnixTimestamp(ts) % 3600 * {}, 3600))",
+            self.per_build
+        )
+    }
+}
+
+/// One way of committing: the load's visibility and the commit's transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Variant {
+    /// `part` or `partition`.
+    visibility: &'static str,
+    transport: Transport,
+}
+
+impl Variant {
+    fn label(&self) -> String {
+        let how = match self.visibility {
+            "part" => "ATTACH PART into the target",
+            _ => "shadow + MOVE PARTITION",
+        };
+        let transport = match self.transport {
+            Transport::Sftp => "SFTP",
+            Transport::Local => "local",
+        };
+        format!("--visibility {} ({how}), {transport}", self.visibility)
+    }
+
+    /// A table name part: `part_sftp`.
+    fn slug(&self) -> String {
+        format!("{}_{:?}", self.visibility, self.transport).to_lowercase()
+    }
+}
+
+/// One measured `chpart commit`, or several in a row (see [`Attach`]), added up.
+#[derive(Clone, Debug)]
+struct CommitRun {
+    variant: Variant,
+    /// Commits (loads) added up here.
+    loads: u32,
+    parts: usize,
+    rows: u64,
+    /// Wall time of the whole command (process start, config, verification, ledger, attach).
+    secs: f64,
+    /// The time chpart logs for its commit (from reading the ledger to the commit entry).
+    logged_secs: Option<f64>,
+    server_cpu: Option<f64>,
+    /// Entries the loads have in the ledger after the commit (each one an INSERT).
+    ledger_entries: u64,
+    /// Size of the largest load's commit plan (a ledger entry's body).
+    plan_bytes: u64,
+    visible: Option<Seen>,
+}
+
+impl CommitRun {
+    fn parts_per_sec(&self) -> f64 {
+        self.parts as f64 / self.secs
+    }
+
+    /// `self` and `other` (a commit of another load) as one figure.
+    fn add(self, other: CommitRun) -> CommitRun {
+        CommitRun {
+            variant: self.variant,
+            loads: self.loads + other.loads,
+            parts: self.parts + other.parts,
+            rows: self.rows + other.rows,
+            secs: self.secs + other.secs,
+            logged_secs: self.logged_secs.zip(other.logged_secs).map(|(a, b)| a + b),
+            server_cpu: self.server_cpu.zip(other.server_cpu).map(|(a, b)| a + b),
+            ledger_entries: self.ledger_entries + other.ledger_entries,
+            plan_bytes: self.plan_bytes.max(other.plan_bytes),
+            visible: None,
+        }
+    }
+}
+
+/// `chpart commit` exited with a failure: a finding to report, not a reason to stop the run.
+#[derive(Debug)]
+struct CommitFailed {
+    parts: usize,
+    message: String,
+}
+
+impl std::fmt::Display for CommitFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "chpart commit of {} parts failed: {}",
+            self.parts, self.message
+        )
+    }
+}
+
+impl std::error::Error for CommitFailed {}
+
+/// The ATTACH rate of one variant: the load of `--parts` parts in one commit, and, if that
+/// commit fails, the same number of parts as several loads of one build each.
+#[derive(Clone, Debug)]
+struct Attach {
+    variant: Variant,
+    one_load: Result<CommitRun, String>,
+    split: Option<CommitRun>,
+}
+
+/// What the polling reader saw while a commit ran; times count from the commit's start.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Seen {
+    /// When a poll first returned rows.
+    pub first_rows: Option<Duration>,
+    /// When a poll first returned every row of the load.
+    pub all_rows: Option<Duration>,
+    /// Polls made.
+    pub polls: u64,
+    /// Their total round-trip time.
+    pub poll_time: Duration,
+    /// The distinct counts seen (how gradually the load appeared).
+    pub counts: BTreeSet<u64>,
+    /// The first thing a reader must never see: more rows than the load, or fewer than before.
+    pub anomaly: Option<String>,
+    last: u64,
+}
+
+impl Seen {
+    /// Records a poll answered at `at` with `count` rows, of `expected`.
+    pub fn observe(&mut self, at: Duration, took: Duration, count: u64, expected: u64) {
+        self.polls += 1;
+        self.poll_time += took;
+        self.counts.insert(count);
+        if count > 0 && self.first_rows.is_none() {
+            self.first_rows = Some(at);
+        }
+        if count == expected && self.all_rows.is_none() {
+            self.all_rows = Some(at);
+        }
+        if self.anomaly.is_none() {
+            if count > expected {
+                self.anomaly = Some(format!(
+                    "a reader saw {count} rows at {:.3} s, more than the load's {expected}",
+                    at.as_secs_f64()
+                ));
+            } else if count < self.last {
+                self.anomaly = Some(format!(
+                    "a reader saw {count} rows at {:.3} s after having seen {}",
+                    at.as_secs_f64(),
+                    self.last
+                ));
+            }
+        }
+        self.last = self.last.max(count);
+    }
+
+    fn mean_poll_ms(&self) -> f64 {
+        self.poll_time.as_secs_f64() * 1e3 / self.polls.max(1) as f64
+    }
+}
+
+/// One way of loading the CPU-per-GB rows, and what the server spent on it.
+#[derive(Clone, Debug, Default)]
+struct CpuRow {
+    secs: f64,
+    server_cpu: f64,
+    uncompressed: u64,
+}
+
+impl CpuRow {
+    fn per_gb(&self) -> f64 {
+        self.server_cpu / (self.uncompressed as f64 / 1e9)
+    }
+}
+
+/// The CPU-per-GB comparison.
+#[derive(Clone, Debug, Default)]
+struct CpuResults {
+    rows: u64,
+    input: String,
+    insert: CpuRow,
+    begin: CpuRow,
+    build: CpuRow,
+    commit: CpuRow,
+    /// From the end of the commit until the server's merges (of the ledger entries the
+    /// commit wrote) are done.
+    settle: CpuRow,
+    chpart_parts: usize,
+    /// Server CPU seconds per second while nothing ran.
+    idle_rate: f64,
+}
+
+/// Everything the report prints.
+#[derive(Clone, Debug, Default)]
+struct Results {
+    transport: Option<Transport>,
+    attach_shape: Option<Shape>,
+    load_shape: Option<Shape>,
+    rows_per_part: u64,
+    /// (1): the first is the headline (`--visibility part` over `--transport`).
+    attach: Vec<Attach>,
+    /// (2), with the reader's observations.
+    visible: Vec<CommitRun>,
+    /// (2) again without the reader, as a reference for what the reader costs the commit.
+    visible_alone: Vec<CommitRun>,
+    cpu: Option<CpuResults>,
+}
+
+/// Runs the commit benchmark and prints its report.
+pub fn run(options: &CommitOptions) -> anyhow::Result<()> {
+    let attach_shape = Shape::for_parts(options.parts).context("--parts")?;
+    let load_shape = Shape::for_parts(options.load_parts).context("--load-parts")?;
+    if options.rows_per_part == 0 {
+        bail!("--rows-per-part must be at least 1");
+    }
+    if !options.no_cpu && options.rows == 0 {
+        bail!("--rows must be at least 1");
+    }
+    let chpart = Chpart::find(options.chpart.as_deref(), &["begin", "build", "commit"], "")?;
+
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("chpart-bench-commit-");
+    let dir = match &options.work_dir {
+        Some(parent) => builder.tempdir_in(parent),
+        None => builder.tempdir(),
+    }
+    .context("create the benchmark's directory")?;
+    let root = dir.path().to_path_buf();
+    println!("chpart-bench commit: working in {}", root.display());
+
+    println!("starting ClickHouse 26.9 (chdb) and sshd on 127.0.0.1 ...");
+    let server = ClickHouse::start(None);
+    let sshd = Sshd::start(&[]);
+    sql(&server, &format!("CREATE DATABASE {DATABASE}"))?;
+    let staging = server.data_dir.join("chpart-staging");
+    fs::create_dir_all(&staging)?;
+    let configs = Configs::write(
+        &root,
+        &server,
+        &sshd,
+        &chpart_testenv::clickhouse_local(),
+        &staging,
+    )?;
+    let bench = Bench {
+        root: &root,
+        server: &server,
+        chpart: &chpart,
+        configs: &configs,
+        options,
+    };
+
+    let mut results = Results {
+        transport: Some(options.transport),
+        attach_shape: Some(attach_shape),
+        load_shape: Some(load_shape),
+        rows_per_part: options.rows_per_part,
+        ..Results::default()
+    };
+    // The CPU comparison first, on the fresh server: the ledger entries of the small-part loads
+    // leave the server merging for a while.
+    if !options.no_cpu {
+        println!(
+            "(3) server CPU per GB: {} rows by HTTP INSERT and by chpart ...",
+            options.rows
+        );
+        let cpu = bench.cpu_per_gb()?;
+        println!(
+            "    INSERT {:.2} CPU s, chpart commit {:.3} CPU s",
+            cpu.insert.server_cpu, cpu.commit.server_cpu
+        );
+        results.cpu = Some(cpu);
+    }
+    let part = Variant {
+        visibility: "part",
+        transport: options.transport,
+    };
+    let partition = Variant {
+        visibility: "partition",
+        ..part
+    };
+    let mut attach_variants = vec![part];
+    if options.transport == Transport::Sftp {
+        // How much of the commit is verifying the parts over SFTP.
+        attach_variants.push(Variant {
+            transport: Transport::Local,
+            ..part
+        });
+    }
+    let mut visible_variants = vec![part];
+    if !options.no_partition_visibility {
+        attach_variants.push(partition);
+        visible_variants.push(partition);
+    }
+    for variant in attach_variants {
+        println!(
+            "(1) ATTACH rate, {}: {} builds of {} parts ...",
+            variant.label(),
+            attach_shape.builds,
+            attach_shape.per_build
+        );
+        let name = format!("attach_{}", variant.slug());
+        let load = bench.prepare(&name, variant, attach_shape)?;
+        let one_load = match bench.commit(&load, false) {
+            Ok(run) => {
+                println!(
+                    "    {} parts in {:.2} s: {:.0} parts/s",
+                    run.parts,
+                    run.secs,
+                    run.parts_per_sec()
+                );
+                Ok(run)
+            }
+            Err(e) => match e.downcast::<CommitFailed>() {
+                Ok(failed) => {
+                    println!("    {failed}");
+                    Err(failed.message)
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let split = match (&one_load, attach_shape.builds) {
+            (Err(_), builds) if builds > 1 => {
+                println!(
+                    "    the same {} parts as {builds} loads of {} parts (one build each) ...",
+                    attach_shape.parts(),
+                    attach_shape.per_build
+                );
+                let one_build = Shape {
+                    builds: 1,
+                    ..attach_shape
+                };
+                let mut total: Option<CommitRun> = None;
+                for index in 0..builds {
+                    let load = bench.prepare(&format!("{name}_{index}"), variant, one_build)?;
+                    let run = bench.commit(&load, false)?;
+                    total = Some(match total {
+                        Some(total) => total.add(run),
+                        None => run,
+                    });
+                }
+                total
+            }
+            _ => None,
+        };
+        if let Some(run) = &split {
+            println!(
+                "    {} parts in {} commits, {:.2} s: {:.0} parts/s",
+                run.parts,
+                run.loads,
+                run.secs,
+                run.parts_per_sec()
+            );
+        }
+        results.attach.push(Attach {
+            variant,
+            one_load,
+            split,
+        });
+    }
+    for variant in visible_variants {
+        println!(
+            "(2) time to visible, {}: {} parts ...",
+            variant.label(),
+            load_shape.parts()
+        );
+        let name = format!("visible_{}", variant.slug());
+        let load = bench.prepare(&format!("{name}_alone"), variant, load_shape)?;
+        let alone = bench.commit(&load, false)?;
+        let load = bench.prepare(&name, variant, load_shape)?;
+        let run = bench.commit(&load, true)?;
+        if let Some(seen) = &run.visible {
+            println!(
+                "    commit {:.3} s without a reader; with it {:.3} s, all rows visible at {}",
+                alone.secs,
+                run.secs,
+                secs_or_dash(seen.all_rows)
+            );
+        }
+        results.visible_alone.push(alone);
+        results.visible.push(run);
+    }
+
+    print!("{}", report(&results));
+    if options.keep {
+        let kept = dir.keep();
+        println!(
+            "kept {} (the server and sshd directories are removed on exit)",
+            kept.display()
+        );
+    }
+    Ok(())
+}
+
+/// Runs one statement on the server.
+fn sql(server: &ClickHouse, statement: &str) -> anyhow::Result<String> {
+    server
+        .query(statement)
+        .map_err(|e| anyhow::anyhow!("{statement}: {e}"))
+}
+
+/// Runs a query that answers one number.
+fn number(server: &ClickHouse, query: &str) -> anyhow::Result<u64> {
+    let text = sql(server, query)?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("{query}: answered {text:?}"))
+}
+
+/// A load begun and built, waiting for its commit.
+struct Prepared {
+    variant: Variant,
+    table: String,
+    load: String,
+    shadow: Option<String>,
+    winners: PathBuf,
+    builds: u32,
+    parts: usize,
+    rows: u64,
+}
+
+/// What the steps share.
+struct Bench<'a> {
+    root: &'a Path,
+    server: &'a ClickHouse,
+    chpart: &'a Chpart,
+    configs: &'a Configs,
+    options: &'a CommitOptions,
+}
+
+impl Bench<'_> {
+    fn config(&self, transport: Transport) -> &Path {
+        match transport {
+            Transport::Sftp => &self.configs.sftp,
+            Transport::Local => &self.configs.local,
+        }
+    }
+
+    /// The input of build `index` of a load of `shape`: one hour of `per_build * rows_per_part`
+    /// events, made once and shared by every load of that shape.
+    fn small_input(&self, shape: Shape, index: u32) -> anyhow::Result<PathBuf> {
+        let path = self
+            .root
+            .join("inputs")
+            .join(format!("hourly-p{}-{index}.parquet", shape.per_build));
+        if !path.exists() {
+            generate(&GenOptions {
+                rows: u64::from(shape.per_build) * self.options.rows_per_part,
+                out: path.clone(),
+                files: 1,
+                seed: self.options.seed,
+                hour_start_secs: self.options.hour_start_secs + i64::from(index) * 3600,
+            })?;
+        }
+        Ok(path)
+    }
+
+    /// Stops merges on the table (see the module comment).
+    fn stop_merges(&self, table: &str) -> anyhow::Result<()> {
+        sql(self.server, &format!("SYSTEM STOP MERGES {table}")).map(drop)
+    }
+
+    /// Waits until the server has run no merge for [`QUIET_FOR`] (at most [`QUIET_LIMIT`]), so
+    /// that what earlier steps left it doing (merging the ledger's small parts) is not billed
+    /// to the next one.
+    fn wait_quiet(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let mut quiet_since = Instant::now();
+        while started.elapsed() < QUIET_LIMIT {
+            if interrupt::requested() {
+                bail!("interrupted");
+            }
+            if number(self.server, "SELECT count() FROM system.merges")? > 0 {
+                quiet_since = Instant::now();
+            } else if quiet_since.elapsed() >= QUIET_FOR {
+                return Ok(());
+            }
+            std::thread::sleep(QUIET_POLL);
+        }
+        eprintln!(
+            "chpart-bench: the server still merges after {} s; measuring anyway",
+            QUIET_LIMIT.as_secs()
+        );
+        Ok(())
+    }
+
+    /// Creates the target `db.<name>` and begins a load into it with the variant's visibility;
+    /// returns the load id and the shadow table (partition visibility), merges stopped on both.
+    fn begin(
+        &self,
+        table: &str,
+        variant: Variant,
+    ) -> anyhow::Result<(String, Option<String>, Measured)> {
+        let (db, name) = table.split_once('.').expect("db.table");
+        let load = format!("bench-{}", name.replace('_', "-"));
+        let run = self
+            .chpart
+            .begin(&self.configs.local, table, &load, Some(variant.visibility))?;
+        let shadow = if variant.visibility == "partition" {
+            let found = sql(
+                self.server,
+                &format!(
+                    "SELECT name FROM system.tables WHERE database = '{db}' \
+                     AND startsWith(name, '{name}__chpart_')"
+                ),
+            )?;
+            let shadows: Vec<&str> = found.lines().filter(|l| !l.is_empty()).collect();
+            let [shadow] = shadows[..] else {
+                bail!("expected one shadow table of {table} after chpart begin, found {shadows:?}");
+            };
+            let shadow = format!("{db}.{shadow}");
+            self.stop_merges(&shadow)?;
+            Some(shadow)
+        } else {
+            None
+        };
+        Ok((load, shadow, run))
+    }
+
+    /// Creates the target `db.<name>`, begins a load into it and builds it as `shape.builds`
+    /// attempts; returns it with its winners file written.
+    fn prepare(&self, name: &str, variant: Variant, shape: Shape) -> anyhow::Result<Prepared> {
+        let table = format!("{DATABASE}.{name}");
+        sql(
+            self.server,
+            &events::ddl_partitioned(&table, &shape.partition_key()),
+        )?;
+        self.stop_merges(&table)?;
+        let (load, shadow, _) = self.begin(&table, variant)?;
+        let mut winners = String::new();
+        let (mut parts, mut rows, mut input_rows) = (0, 0, 0);
+        for index in 0..shape.builds {
+            if interrupt::requested() {
+                bail!("interrupted");
+            }
+            let input = self.small_input(shape, index)?;
+            input_rows += u64::from(shape.per_build) * self.options.rows_per_part;
+            let attempt = format!("bench.{index}");
+            let (_, manifest) =
+                self.chpart
+                    .build(&self.configs.local, &load, index, &attempt, &[input], false)?;
+            parts += manifest.parts;
+            rows += manifest.rows;
+            winners.push_str(&manifest.line);
+            winners.push('\n');
+        }
+        if rows != input_rows {
+            bail!("the builds of {load} report {rows} rows from inputs of {input_rows}");
+        }
+        let path = self.root.join(format!("winners-{name}.jsonl"));
+        fs::write(&path, winners)?;
+        Ok(Prepared {
+            variant,
+            table,
+            load,
+            shadow,
+            winners: path,
+            builds: shape.builds,
+            parts,
+            rows,
+        })
+    }
+
+    /// Runs `chpart commit` of `load`, with a polling reader if `poll`, and checks the result.
+    fn commit(&self, load: &Prepared, poll: bool) -> anyhow::Result<CommitRun> {
+        let mut cmd = self.chpart.commit_command(
+            self.config(load.variant.transport),
+            &load.load,
+            &load.winners,
+            load.builds,
+            load.variant.visibility,
+        );
+        let count_query = format!("SELECT count() FROM {}", load.table);
+        self.wait_quiet()?;
+        let cpu = self.server.cpu_seconds();
+        let (run, seen) = if poll {
+            let stop = AtomicBool::new(false);
+            let (run, seen) = std::thread::scope(|scope| {
+                let started = Instant::now();
+                let (stop, count_query) = (&stop, &count_query);
+                let reader = scope
+                    .spawn(move || poll_count(self.server, count_query, load.rows, started, stop));
+                let run = measure::run(&mut cmd);
+                stop.store(true, Ordering::SeqCst);
+                (run, reader.join().expect("the reader does not panic"))
+            });
+            (run?, Some(seen?))
+        } else {
+            (measure::run(&mut cmd)?, None)
+        };
+        let server_cpu = cpu.zip(self.server.cpu_seconds()).map(|(a, b)| b - a);
+        if !run.status.success() {
+            return Err(CommitFailed {
+                parts: load.parts,
+                message: format!(
+                    "{}: {}",
+                    run.status,
+                    shorten_error(measure::tail(&run.stderr, 1).trim())
+                ),
+            }
+            .into());
+        }
+        self.check_committed(load, &run)?;
+        if let Some(anomaly) = seen.as_ref().and_then(|s| s.anomaly.clone()) {
+            bail!("load {}: {anomaly}", load.load);
+        }
+        let ledger_entries = number(
+            self.server,
+            &format!(
+                "SELECT count() FROM {LEDGER} WHERE load_id = {}",
+                quote(&load.load)
+            ),
+        )?;
+        let plan_bytes = number(
+            self.server,
+            &format!(
+                "SELECT max(length(body)) FROM {LEDGER} WHERE load_id = {} AND entry_id = 'plan'",
+                quote(&load.load)
+            ),
+        )?;
+        Ok(CommitRun {
+            variant: load.variant,
+            loads: 1,
+            plan_bytes,
+            parts: load.parts,
+            rows: load.rows,
+            secs: run.wall.as_secs_f64(),
+            logged_secs: logged_commit_secs(&String::from_utf8_lossy(&run.stderr)),
+            server_cpu,
+            ledger_entries,
+            visible: seen,
+        })
+    }
+
+    /// A benchmark of a wrong result is worthless: the commit must report, and the target must
+    /// hold, exactly the load's rows and parts, with nothing left behind.
+    fn check_committed(&self, load: &Prepared, run: &Measured) -> anyhow::Result<()> {
+        let stdout = run.stdout_text();
+        let line = stdout
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .context("chpart commit printed no summary")?;
+        let summary: serde_json::Value =
+            serde_json::from_str(line).context("chpart commit's summary is not JSON")?;
+        let (parts, rows) = (summary["parts"].as_u64(), summary["rows"].as_u64());
+        if parts != Some(load.parts as u64) || rows != Some(load.rows) {
+            bail!(
+                "chpart commit of {} reports {parts:?} parts and {rows:?} rows, the builds made {} \
+                 and {}",
+                load.load,
+                load.parts,
+                load.rows
+            );
+        }
+        let (db, name) = load.table.split_once('.').expect("db.table");
+        let counted = number(self.server, &format!("SELECT count() FROM {}", load.table))?;
+        let active = number(
+            self.server,
+            &format!(
+                "SELECT count() FROM system.parts WHERE database = '{db}' AND table = '{name}' \
+                 AND active"
+            ),
+        )?;
+        let mut tables = vec![quote(name)];
+        let mut in_shadow = 0;
+        if let Some(shadow) = &load.shadow {
+            let (_, shadow_name) = shadow.split_once('.').expect("db.table");
+            tables.push(quote(shadow_name));
+            let exists = number(
+                self.server,
+                &format!(
+                    "SELECT count() FROM system.tables WHERE database = '{db}' AND name = {}",
+                    quote(shadow_name)
+                ),
+            )?;
+            if exists > 0 {
+                in_shadow = number(self.server, &format!("SELECT count() FROM {shadow}"))?;
+            }
+        }
+        let detached = number(
+            self.server,
+            &format!(
+                "SELECT count() FROM system.detached_parts WHERE database = '{db}' \
+                 AND table IN ({})",
+                tables.join(", ")
+            ),
+        )?;
+        if counted != load.rows || active != load.parts as u64 || detached != 0 || in_shadow != 0 {
+            bail!(
+                "after committing {}: {} holds {counted} rows in {active} active parts (expected \
+                 {} rows in {} parts), {detached} part(s) left in detached/, {in_shadow} rows \
+                 left in the shadow table",
+                load.load,
+                load.table,
+                load.rows,
+                load.parts
+            );
+        }
+        Ok(())
+    }
+
+    /// The same rows by HTTP INSERT and by chpart, with the server's CPU around each step.
+    fn cpu_per_gb(&self) -> anyhow::Result<CpuResults> {
+        let gen: GenReport = generate(&GenOptions {
+            rows: self.options.rows,
+            out: self.root.join("inputs").join("events.parquet"),
+            files: 1,
+            seed: self.options.seed,
+            hour_start_secs: self.options.hour_start_secs,
+        })?;
+        let input = gen.paths[0].clone();
+        let server = self.server;
+        let rows = self.options.rows;
+        let cpu = || {
+            server
+                .cpu_seconds()
+                .context("the server's CPU time (/proc/<pid>/stat) is not readable")
+        };
+        // A step from `before` (CPU seconds, and when) to now.
+        let step = |before: (f64, Instant), uncompressed: u64| -> anyhow::Result<CpuRow> {
+            Ok(CpuRow {
+                secs: before.1.elapsed().as_secs_f64(),
+                server_cpu: cpu()? - before.0,
+                uncompressed,
+            })
+        };
+        let mark = || -> anyhow::Result<(f64, Instant)> { Ok((cpu()?, Instant::now())) };
+
+        // The server's own background, for reading the small figures below.
+        self.wait_quiet()?;
+        let before = mark()?;
+        std::thread::sleep(IDLE_WINDOW);
+        let idle = step(before, 0)?;
+        let idle_rate = idle.server_cpu / idle.secs;
+
+        // (a) INSERT ... FORMAT Parquet over HTTP.
+        let insert_table = format!("{DATABASE}.cpu_insert");
+        sql(server, &events::ddl(&insert_table))?;
+        self.stop_merges(&insert_table)?;
+        self.wait_quiet()?;
+        let before = mark()?;
+        http::post_file(
+            server.http_port,
+            &format!("INSERT INTO {insert_table} FORMAT Parquet"),
+            &input,
+        )?;
+        let insert = step(before, 0)?;
+        let insert = CpuRow {
+            uncompressed: self.uncompressed(&insert_table)?,
+            ..insert
+        };
+        let inserted = number(server, &format!("SELECT count() FROM {insert_table}"))?;
+        if inserted != rows {
+            bail!("the HTTP INSERT left {inserted} rows of {rows} in {insert_table}");
+        }
+
+        // (b) chpart: begin, build (clickhouse-local, outside the server), commit.
+        let variant = Variant {
+            visibility: "partition",
+            transport: self.options.transport,
+        };
+        let table = format!("{DATABASE}.cpu_chpart");
+        sql(server, &events::ddl(&table))?;
+        self.stop_merges(&table)?;
+        self.wait_quiet()?;
+        let before = mark()?;
+        let (load, shadow, _) = self.begin(&table, variant)?;
+        let begin = step(before, 0)?;
+        let before = mark()?;
+        let (_, manifest) = self.chpart.build(
+            &self.configs.local,
+            &load,
+            0,
+            "bench.0",
+            std::slice::from_ref(&input),
+            false,
+        )?;
+        let build = step(before, 0)?;
+        if manifest.rows != rows {
+            bail!("chpart build made {} rows of {rows}", manifest.rows);
+        }
+        let winners = self.root.join("winners-cpu_chpart.jsonl");
+        fs::write(&winners, format!("{}\n", manifest.line))?;
+        let prepared = Prepared {
+            variant,
+            table: table.clone(),
+            load,
+            shadow,
+            winners,
+            builds: 1,
+            parts: manifest.parts,
+            rows,
+        };
+        // Waits for quiet itself, then measures the command alone.
+        let committed = self.commit(&prepared, false)?;
+        let uncompressed = self.uncompressed(&table)?;
+        let commit = CpuRow {
+            secs: committed.secs,
+            server_cpu: committed
+                .server_cpu
+                .context("the server's CPU time is not readable")?,
+            uncompressed,
+        };
+        // What the commit's ledger writes cost afterwards: merging them (measured from the
+        // check above, which is a few cheap queries, until the merges are done).
+        let before = mark()?;
+        self.wait_quiet()?;
+        let settle = step(before, uncompressed)?;
+        Ok(CpuResults {
+            rows,
+            input: gen.summary(),
+            insert,
+            begin: CpuRow {
+                uncompressed,
+                ..begin
+            },
+            build: CpuRow {
+                uncompressed,
+                ..build
+            },
+            commit,
+            settle,
+            chpart_parts: manifest.parts,
+            idle_rate,
+        })
+    }
+
+    /// Uncompressed column bytes of the table's active parts.
+    fn uncompressed(&self, table: &str) -> anyhow::Result<u64> {
+        let (db, name) = table.split_once('.').expect("db.table");
+        number(
+            self.server,
+            &format!(
+                "SELECT sum(data_uncompressed_bytes) FROM system.parts WHERE database = '{db}' \
+                 AND table = '{name}' AND active"
+            ),
+        )
+    }
+}
+
+/// Polls `query` (a count) until `stop` is set, then once more; what it saw, timed from
+/// `started`.
+fn poll_count(
+    server: &ClickHouse,
+    query: &str,
+    expected: u64,
+    started: Instant,
+    stop: &AtomicBool,
+) -> anyhow::Result<Seen> {
+    let mut seen = Seen::default();
+    loop {
+        let last = stop.load(Ordering::SeqCst);
+        let sent = Instant::now();
+        let count = number(server, query)?;
+        seen.observe(started.elapsed(), sent.elapsed(), count, expected);
+        if last {
+            return Ok(seen);
+        }
+        std::thread::sleep(POLL_PAUSE);
+    }
+}
+
+/// The seconds `chpart commit` logs for itself: the last line of the form
+/// `load L committed into T: ..., 1.23s`.
+fn logged_commit_secs(log: &str) -> Option<f64> {
+    let line = log.lines().rev().find(|l| l.contains(" committed into "))?;
+    line.trim()
+        .rsplit_once(", ")?
+        .1
+        .strip_suffix('s')?
+        .parse()
+        .ok()
+}
+
+/// chpart's error line without the SQL it quotes (`(while running: ...)`) and without the
+/// repetition of its last cause (`...: X: X`), so that the report shows the reason.
+fn shorten_error(line: &str) -> String {
+    const MARK: &str = " (while running: ";
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(start) = rest.find(MARK) {
+        out.push_str(&rest[..start]);
+        let mut depth = 1;
+        let mut end = rest.len();
+        for (i, c) in rest[start + MARK.len()..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                end = start + MARK.len() + i + 1;
+                break;
+            }
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    for (i, _) in out.match_indices(": ") {
+        let tail = &out[i + 2..];
+        let head = &out[..i];
+        if !tail.is_empty() && (head == tail || head.ends_with(&format!(": {tail}"))) {
+            return out[..i].to_owned();
+        }
+    }
+    out
+}
+
+/// The label of a figure added up from several commits.
+fn split_label(run: &CommitRun) -> String {
+    format!(
+        "  the same parts as {} loads of {} parts",
+        run.loads,
+        run.parts / run.loads.max(1) as usize
+    )
+}
+
+/// Bytes of commit plan per part, from the largest load that committed (a plan also has a
+/// fixed part, which small loads would inflate per part).
+fn plan_bytes_per_part(results: &Results) -> Option<f64> {
+    let attached = results
+        .attach
+        .iter()
+        .flat_map(|a| a.one_load.as_ref().ok().into_iter().chain(a.split.as_ref()));
+    attached
+        .chain(&results.visible)
+        // A split figure's plan is its largest load's.
+        .map(|r| (r.parts / r.loads.max(1) as usize, r.plan_bytes))
+        .filter(|&(parts, bytes)| parts > 0 && bytes > 0)
+        .max_by_key(|&(parts, _)| parts)
+        .map(|(parts, bytes)| bytes as f64 / parts as f64)
+}
+
+fn secs_or_dash(d: Option<Duration>) -> String {
+    d.map_or("-".into(), |d| format!("{:.3} s", d.as_secs_f64()))
+}
+
+fn opt(value: Option<f64>, digits: usize) -> String {
+    value.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "MISS"
+    }
+}
+
+/// The report: one table per figure, notes, and the targets.
+fn report(results: &Results) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let _ = writeln!(w);
+    let _ = writeln!(
+        w,
+        "chpart-bench commit: ClickHouse 26.9 (chdb) on 127.0.0.1; chpart commit verifies parts \
+         over {} unless a row says local; builds (not timed) use the local transport",
+        results.transport.map_or("?", Transport::label)
+    );
+
+    if !results.attach.is_empty() {
+        let _ = writeln!(w);
+        if let Some(shape) = results.attach_shape {
+            let _ = writeln!(
+                w,
+                "(1) ATTACH rate: loads of {} parts: {} builds (Spark partitions) x {} partitions \
+                 of one hour each, about {} rows per part",
+                shape.parts(),
+                shape.builds,
+                shape.per_build,
+                results.rows_per_part
+            );
+        }
+        let _ = writeln!(
+            w,
+            "{:<58} {:>6} {:>7} {:>7} {:>8} {:>9} {:>10} {:>7} {:>8} {:>11} {:>12}",
+            "chpart commit",
+            "parts",
+            "rows",
+            "secs",
+            "parts/s",
+            "logged s",
+            "logged p/s",
+            "ledger",
+            "plan KB",
+            "server CPU",
+            "CPU ms/part"
+        );
+        let row = |w: &mut String, label: &str, run: &CommitRun| {
+            let _ = writeln!(
+                w,
+                "{:<58} {:>6} {:>7} {:>7.2} {:>8.0} {:>9} {:>10} {:>7} {:>8.1} {:>11} {:>12}",
+                label,
+                run.parts,
+                run.rows,
+                run.secs,
+                run.parts_per_sec(),
+                opt(run.logged_secs, 2),
+                opt(run.logged_secs.map(|s| run.parts as f64 / s), 0),
+                run.ledger_entries,
+                run.plan_bytes as f64 / 1e3,
+                opt(run.server_cpu, 2),
+                opt(run.server_cpu.map(|c| c * 1e3 / run.parts as f64), 1),
+            );
+        };
+        let mut failures = Vec::new();
+        for attach in &results.attach {
+            let label = attach.variant.label();
+            match &attach.one_load {
+                Ok(run) => row(w, &label, run),
+                Err(message) => {
+                    let parts = results.attach_shape.map_or(0, |s| s.parts());
+                    let _ = writeln!(w, "{label:<58} {parts:>6}   FAILED (see below)");
+                    failures.push((label.clone(), parts, message));
+                }
+            }
+            if let Some(run) = &attach.split {
+                row(w, &split_label(run), run);
+            }
+        }
+        if !failures.is_empty() {
+            let _ = writeln!(w, "failed commits:");
+            for (label, parts, message) in failures {
+                let _ = writeln!(w, "  {label}, {parts} parts: {message}");
+            }
+            // The plan is one ledger entry; how big it grows per part, from the commits that
+            // worked, tells whether its size is what failed.
+            if let Some(per_part) = plan_bytes_per_part(results) {
+                let parts = results.attach_shape.map_or(0, |s| s.parts());
+                let _ = writeln!(
+                    w,
+                    "  the commit plan (one ledger entry) takes about {per_part:.0} bytes per \
+                     part in the commits that worked: about {:.0} KB for {parts} parts",
+                    per_part * parts as f64 / 1e3
+                );
+            }
+        }
+    }
+
+    if !results.visible.is_empty() {
+        let _ = writeln!(w);
+        if let Some(shape) = results.load_shape {
+            let _ = writeln!(
+                w,
+                "(2) time to visible: loads of {} parts ({} build(s)); a reader polls SELECT \
+                 count() on the target (pause {} ms + the query's round trip)",
+                shape.parts(),
+                shape.builds,
+                POLL_PAUSE.as_millis()
+            );
+        }
+        let _ = writeln!(
+            w,
+            "{:<58} {:>6} {:>9} {:>9} {:>11} {:>9} {:>6} {:>8} {:>7}",
+            "chpart commit, reader polling",
+            "parts",
+            "alone s",
+            "commit s",
+            "first rows",
+            "all rows",
+            "polls",
+            "poll ms",
+            "counts"
+        );
+        for run in &results.visible {
+            let Some(seen) = &run.visible else { continue };
+            let alone = results
+                .visible_alone
+                .iter()
+                .find(|a| a.variant == run.variant)
+                .map(|a| a.secs);
+            let _ = writeln!(
+                w,
+                "{:<58} {:>6} {:>9} {:>9.3} {:>11} {:>9} {:>6} {:>8.2} {:>7}",
+                run.variant.label(),
+                run.parts,
+                opt(alone, 3),
+                run.secs,
+                opt(seen.first_rows.map(|d| d.as_secs_f64()), 3),
+                opt(seen.all_rows.map(|d| d.as_secs_f64()), 3),
+                seen.polls,
+                seen.mean_poll_ms(),
+                seen.counts.len(),
+            );
+        }
+    }
+
+    if let Some(cpu) = &results.cpu {
+        let _ = writeln!(w);
+        let _ = writeln!(
+            w,
+            "(3) server CPU per GB: {} rows, {:.3} GB uncompressed by INSERT, {:.3} GB by chpart \
+             ({} part(s)); {}",
+            cpu.rows,
+            cpu.insert.uncompressed as f64 / 1e9,
+            cpu.commit.uncompressed as f64 / 1e9,
+            cpu.chpart_parts,
+            cpu.input
+        );
+        let _ = writeln!(
+            w,
+            "{:<58} {:>8} {:>13} {:>9} {:>10}",
+            "load of the same rows", "secs", "server CPU s", "CPU s/GB", "vs INSERT"
+        );
+        let insert_per_gb = cpu.insert.per_gb();
+        let row = |w: &mut String, label: &str, r: &CpuRow| {
+            let per_gb = r.per_gb();
+            let _ = writeln!(
+                w,
+                "{:<58} {:>8.2} {:>13.3} {:>9.4} {:>10}",
+                label,
+                r.secs,
+                r.server_cpu,
+                per_gb,
+                if per_gb > 0.0 {
+                    format!("1/{:.0}", insert_per_gb / per_gb)
+                } else {
+                    "0".into()
+                }
+            );
+        };
+        row(w, "(a) INSERT ... FORMAT Parquet (HTTP)", &cpu.insert);
+        row(
+            w,
+            "(b) chpart commit (attach + MOVE PARTITION)",
+            &cpu.commit,
+        );
+        row(
+            w,
+            "    chpart begin (snapshot, ledger, shadow table)",
+            &cpu.begin,
+        );
+        row(
+            w,
+            "    chpart build (clickhouse-local, not the server)",
+            &cpu.build,
+        );
+        row(
+            w,
+            "    after the commit: merges of its ledger entries",
+            &cpu.settle,
+        );
+        let all = [&cpu.begin, &cpu.build, &cpu.commit, &cpu.settle];
+        let total = CpuRow {
+            secs: all.iter().map(|r| r.secs).sum(),
+            server_cpu: all.iter().map(|r| r.server_cpu).sum(),
+            uncompressed: cpu.commit.uncompressed,
+        };
+        row(w, "    chpart, all of the above", &total);
+        let _ = writeln!(
+            w,
+            "server background while idle: {:.4} CPU s per s (over {} s), included in every row",
+            cpu.idle_rate,
+            IDLE_WINDOW.as_secs()
+        );
+    }
+
+    let _ = writeln!(w);
+    let _ = writeln!(
+        w,
+        "notes:\n  secs = wall time of the whole chpart command (process start, config, \
+         verification of every part's files, ledger writes, ATTACH, MOVE)\n  \
+         logged s = the time chpart commit logs for itself (from reading the ledger to the \
+         commit entry)\n  \
+         ledger = entries the load has in the ledger after the commit, each one INSERT (with \
+         fsync)\n  \
+         first rows / all rows = seconds from the start of chpart commit to the first poll \
+         answering with rows / with every row of the load (when the answer arrived)\n  \
+         alone s = the commit of another load of the same size without the reader; commit s \
+         = with it (the reader's queries compete for the server's CPU)\n  \
+         counts = distinct row counts the reader saw (1 + the steps the load appeared in)\n  \
+         server CPU = utime+stime of the server process (/proc/<pid>/stat) around the step, \
+         started once the server has no merge running; merges are stopped on the target and \
+         shadow tables"
+    );
+
+    let _ = writeln!(w);
+    let _ = writeln!(w, "targets:");
+    if results.attach.is_empty() {
+        let _ = writeln!(
+            w,
+            "  ATTACH rate >= {ATTACH_RATE_TARGET:.0} parts/s: not measured"
+        );
+    }
+    for attach in &results.attach {
+        let label = attach.variant.label();
+        match &attach.one_load {
+            Ok(run) => {
+                let rate = run.parts_per_sec();
+                let _ = writeln!(
+                    w,
+                    "  ATTACH rate >= {ATTACH_RATE_TARGET:.0} parts/s (clickhouse-backup: 5-55), \
+                     {label}: {rate:.0} parts/s ({} parts in one commit, whole command)  {}",
+                    run.parts,
+                    verdict(rate >= ATTACH_RATE_TARGET)
+                );
+            }
+            Err(_) => {
+                let _ = writeln!(
+                    w,
+                    "  ATTACH rate >= {ATTACH_RATE_TARGET:.0} parts/s (clickhouse-backup: 5-55), \
+                     {label}: the commit of {} parts failed  MISS",
+                    results.attach_shape.map_or(0, |s| s.parts())
+                );
+            }
+        }
+        if let Some(run) = &attach.split {
+            let rate = run.parts_per_sec();
+            let _ = writeln!(
+                w,
+                "  ATTACH rate >= {ATTACH_RATE_TARGET:.0} parts/s, {label}, {}: {rate:.0} \
+                 parts/s  {}",
+                split_label(run).trim(),
+                verdict(rate >= ATTACH_RATE_TARGET)
+            );
+        }
+    }
+    for run in &results.visible {
+        let Some(seen) = &run.visible else { continue };
+        match seen.all_rows {
+            Some(at) => {
+                let secs = at.as_secs_f64();
+                let _ = writeln!(
+                    w,
+                    "  time to visible <= {VISIBLE_TARGET_SECS:.0} s, {} parts, {}: {secs:.3} s  {}",
+                    run.parts,
+                    run.variant.label(),
+                    verdict(secs <= VISIBLE_TARGET_SECS)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    w,
+                    "  time to visible <= {VISIBLE_TARGET_SECS:.0} s, {} parts, {}: the reader \
+                     never saw every row  MISS",
+                    run.parts,
+                    run.variant.label(),
+                );
+            }
+        }
+    }
+    match &results.cpu {
+        Some(cpu) => {
+            let ratio = cpu.insert.per_gb() / cpu.commit.per_gb();
+            let _ = writeln!(
+                w,
+                "  server CPU per GB, chpart commit <= 1/{CPU_RATIO_TARGET:.0} of INSERT: \
+                 {:.4} vs {:.3} CPU s/GB = 1/{ratio:.0}  {}",
+                cpu.commit.per_gb(),
+                cpu.insert.per_gb(),
+                verdict(ratio >= CPU_RATIO_TARGET)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                w,
+                "  server CPU per GB <= 1/{CPU_RATIO_TARGET:.0} of INSERT: not measured (--no-cpu)"
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::local::quote;
+    use std::process::Command;
+
+    #[test]
+    fn loads_are_cut_into_builds_of_at_most_100_partitions() {
+        assert_eq!(
+            Shape::for_parts(1000).unwrap(),
+            Shape {
+                builds: 10,
+                per_build: 100
+            }
+        );
+        assert_eq!(
+            Shape::for_parts(100).unwrap(),
+            Shape {
+                builds: 1,
+                per_build: 100
+            }
+        );
+        let odd = Shape::for_parts(250).unwrap();
+        assert_eq!((odd.builds, odd.per_build, odd.parts()), (3, 84, 252));
+        assert_eq!(Shape::for_parts(7).unwrap().parts(), 7);
+        assert!(Shape::for_parts(0).is_err());
+        assert_eq!(
+            Shape::for_parts(1000).unwrap().partition_key(),
+            "(toStartOfHour(ts), intDiv(toUnixTimestamp(ts) % 3600 * 100, 3600))"
+        );
+    }
+
+    #[test]
+    fn the_commit_time_is_read_from_chpart_log_line() {
+        let log = "2026-11-30T09:00:01Z  INFO verified 100 part(s)\n\
+                   2026-11-30T09:00:02Z  INFO load bench-x committed into db.t: 10000 rows, 100 \
+                   part(s) (100 attached by this run), 100 partition(s), 1 winning attempt(s), 0.42s\n";
+        assert_eq!(logged_commit_secs(log), Some(0.42));
+        assert_eq!(logged_commit_secs("INFO load x is already committed"), None);
+    }
+
+    #[test]
+    fn failures_are_shortened_to_their_reason() {
+        let line = "chpart: error: commit of load L: ledger chpart.ledger: ClickHouse at \
+                    http://h:1: Code: 1000. HTML Form Exception: Field value too long (while \
+                    running: INSERT INTO t (a, b) SELECT {l:String}): ClickHouse at http://h:1: \
+                    Code: 1000. HTML Form Exception: Field value too long (while running: INSERT \
+                    INTO t (a, b) SELECT {l:String})";
+        assert_eq!(
+            shorten_error(line),
+            "chpart: error: commit of load L: ledger chpart.ledger: ClickHouse at http://h:1: \
+             Code: 1000. HTML Form Exception: Field value too long"
+        );
+        assert_eq!(shorten_error("plain: message"), "plain: message");
+        assert_eq!(shorten_error("open foo: o"), "open foo: o");
+        assert_eq!(shorten_error("a: b: c: b: c"), "a: b: c");
+        assert_eq!(shorten_error("cut (while running: (never closed"), "cut");
+    }
+
+    #[test]
+    fn the_reader_times_first_and_complete_visibility_and_flags_anomalies() {
+        let ms = Duration::from_millis;
+        let mut seen = Seen::default();
+        seen.observe(ms(5), ms(2), 0, 100);
+        seen.observe(ms(10), ms(2), 40, 100);
+        seen.observe(ms(15), ms(2), 100, 100);
+        seen.observe(ms(20), ms(2), 100, 100);
+        assert_eq!(seen.first_rows, Some(ms(10)));
+        assert_eq!(seen.all_rows, Some(ms(15)));
+        assert_eq!(seen.polls, 4);
+        assert_eq!(seen.counts.len(), 3);
+        assert!((seen.mean_poll_ms() - 2.0).abs() < 1e-9);
+        assert_eq!(seen.anomaly, None);
+
+        let mut shrinking = Seen::default();
+        shrinking.observe(ms(1), ms(1), 50, 100);
+        shrinking.observe(ms(2), ms(1), 40, 100);
+        assert!(shrinking.anomaly.unwrap().contains("after having seen 50"));
+        let mut duplicated = Seen::default();
+        duplicated.observe(ms(1), ms(1), 150, 100);
+        assert!(duplicated
+            .anomaly
+            .unwrap()
+            .contains("more than the load's 100"));
+    }
+
+    const PART: Variant = Variant {
+        visibility: "part",
+        transport: Transport::Sftp,
+    };
+    const PARTITION: Variant = Variant {
+        visibility: "partition",
+        transport: Transport::Sftp,
+    };
+
+    fn run(variant: Variant, parts: usize, secs: f64, all_rows_ms: Option<u64>) -> CommitRun {
+        CommitRun {
+            variant,
+            parts,
+            rows: parts as u64 * 100,
+            secs,
+            logged_secs: Some(secs - 0.1),
+            server_cpu: Some(0.5),
+            ledger_entries: 2 * parts as u64 + 2,
+            loads: 1,
+            plan_bytes: 150 * parts as u64,
+            visible: all_rows_ms.map(|ms| {
+                let mut seen = Seen::default();
+                seen.observe(
+                    Duration::from_millis(ms / 2),
+                    Duration::from_millis(1),
+                    1,
+                    2,
+                );
+                seen.observe(Duration::from_millis(ms), Duration::from_millis(1), 2, 2);
+                seen
+            }),
+        }
+    }
+
+    #[test]
+    fn variants_name_visibility_and_transport() {
+        assert_eq!(
+            PART.label(),
+            "--visibility part (ATTACH PART into the target), SFTP"
+        );
+        assert_eq!(PARTITION.slug(), "partition_sftp");
+        let local = Variant {
+            transport: Transport::Local,
+            ..PART
+        };
+        assert_eq!(local.slug(), "part_local");
+        assert!(local.label().ends_with(", local"));
+    }
+
+    #[test]
+    fn the_report_checks_each_figure_against_its_target() {
+        let cpu_row = |server_cpu: f64| CpuRow {
+            secs: 1.0,
+            server_cpu,
+            uncompressed: 500_000_000,
+        };
+        let results = Results {
+            transport: Some(Transport::Sftp),
+            attach_shape: Some(Shape::for_parts(1000).unwrap()),
+            load_shape: Some(Shape::for_parts(100).unwrap()),
+            rows_per_part: 100,
+            attach: vec![
+                Attach {
+                    variant: PART,
+                    one_load: Ok(run(PART, 1000, 4.0, None)),
+                    split: None,
+                },
+                Attach {
+                    variant: PARTITION,
+                    one_load: Ok(run(PARTITION, 1000, 8.0, None)),
+                    split: None,
+                },
+            ],
+            visible: vec![
+                run(PART, 100, 0.8, Some(600)),
+                run(PARTITION, 100, 1.5, Some(1400)),
+            ],
+            visible_alone: vec![run(PART, 100, 0.7, None)],
+            cpu: Some(CpuResults {
+                rows: 5_000_000,
+                input: "generated ...".into(),
+                insert: cpu_row(4.0),
+                begin: cpu_row(0.01),
+                build: cpu_row(0.05),
+                commit: cpu_row(0.02),
+                settle: cpu_row(0.01),
+                chpart_parts: 5,
+                idle_rate: 0.005,
+            }),
+        };
+        let text = report(&results);
+        for expected in [
+            "(clickhouse-backup: 5-55), --visibility part (ATTACH PART into the target), SFTP: \
+             250 parts/s (1000 parts in one commit, whole command)  PASS",
+            "--visibility partition (shadow + MOVE PARTITION), SFTP: 125 parts/s (1000 parts in \
+             one commit, whole command)  MISS",
+            "100 parts, --visibility part (ATTACH PART into the target), SFTP: 0.600 s  PASS",
+            "100 parts, --visibility partition (shadow + MOVE PARTITION), SFTP: 1.400 s  MISS",
+            "0.0400 vs 8.000 CPU s/GB = 1/200  PASS",
+            ": 10 builds (Spark partitions) x 100 partitions",
+        ] {
+            assert!(text.contains(expected), "{expected:?} not in:\n{text}");
+        }
+        // begin 0.01 + build 0.05 + commit 0.02 + settle 0.01 = 0.09 CPU s for 0.5 GB.
+        let total = text
+            .lines()
+            .find(|l| l.starts_with("    chpart, all of the above"))
+            .unwrap();
+        assert_eq!(
+            total.split_whitespace().collect::<Vec<_>>()[5..],
+            ["4.00", "0.090", "0.1800", "1/44"],
+            "{total}"
+        );
+
+        assert!(!text.contains("failed commits:"), "{text}");
+        let visible_part = text
+            .lines()
+            .find(|l| l.starts_with("--visibility part") && l.contains(" 0.600 "))
+            .unwrap();
+        assert_eq!(
+            visible_part.split_whitespace().collect::<Vec<_>>()[8..12],
+            ["100", "0.700", "0.800", "0.300"],
+            "{visible_part}"
+        );
+
+        // A commit that fails is reported with its message, and the split figure beside it.
+        let split = (0..10)
+            .map(|_| run(PART, 100, 0.4, None))
+            .reduce(CommitRun::add)
+            .unwrap();
+        assert_eq!(
+            (split.loads, split.parts, split.plan_bytes),
+            (10, 1000, 15_000)
+        );
+        let failed = Results {
+            attach: vec![Attach {
+                variant: PART,
+                one_load: Err("chpart commit ... (exit status: 3): Field value too long".into()),
+                split: Some(split),
+            }],
+            ..results.clone()
+        };
+        let text = report(&failed);
+        for expected in [
+            "SFTP: the commit of 1000 parts failed  MISS",
+            "SFTP, the same parts as 10 loads of 100 parts: 250 parts/s  PASS",
+            "failed commits:\n  --visibility part (ATTACH PART into the target), SFTP, 1000 parts: \
+             chpart commit ... (exit status: 3): Field value too long",
+            "takes about 150 bytes per part in the commits that worked: about 150 KB for 1000 parts",
+        ] {
+            assert!(text.contains(expected), "{expected:?} not in:\n{text}");
+        }
+
+        let text = report(&Results {
+            cpu: None,
+            visible: vec![CommitRun {
+                visible: Some(Seen::default()),
+                ..run(PARTITION, 100, 1.0, None)
+            }],
+            ..results
+        });
+        assert!(text.contains("not measured (--no-cpu)"), "{text}");
+        assert!(text.contains("never saw every row  MISS"), "{text}");
+    }
+
+    /// The partition key really cuts one generated hour into `per_build` partitions, so a build
+    /// of one input makes `per_build` parts, within clickhouse-local's partition limit.
+    #[test]
+    fn one_hour_of_events_makes_one_part_per_partition_with_clickhouse_local() {
+        let dir = tempfile::tempdir().unwrap();
+        let shape = Shape::for_parts(100).unwrap();
+        let report = generate(&GenOptions {
+            rows: 10_000,
+            out: dir.path().join("hour.parquet"),
+            files: 1,
+            seed: 1,
+            hour_start_secs: 1_796_029_200,
+        })
+        .unwrap();
+        let run = measure::run(
+            Command::new(chpart_testenv::clickhouse_local())
+                .arg("--path")
+                .arg(dir.path().join("ch"))
+                .arg("--query")
+                .arg(format!(
+                    "CREATE DATABASE db; {}; SYSTEM STOP MERGES db.t; \
+                     INSERT INTO db.t SELECT * FROM file({}, Parquet); \
+                     SELECT count(), uniqExact(partition_id), sum(rows), min(rows) > 0 \
+                     FROM system.parts WHERE database = 'db' AND table = 't' AND active",
+                    events::ddl_partitioned("db.t", &shape.partition_key()),
+                    quote(report.paths[0].to_str().unwrap())
+                )),
+        )
+        .unwrap();
+        run.check().unwrap();
+        assert_eq!(run.stdout_text(), "100\t100\t10000\t1\n");
+    }
+}
