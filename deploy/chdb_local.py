@@ -108,11 +108,15 @@ def main():
     statements = [f"SET {key} = {quote(value)}" for key, value in opts["settings"]]
     if any(k in opts for k in ("structure", "file", "input_format")):
         source = opts.get("file") or "-"
-        source = "/dev/stdin" if source in ("-", "stdin") else os.path.abspath(source)
+        # stdin is the `stdin` keyword (the descriptor itself), as in the real clickhouse-local.
+        # Note: the 26.9 engine's ArrowStream reader seeks in its input, which fails on a pipe
+        # for multi-batch streams ("Cannot seek through file (fd = 0)"); chpart therefore
+        # spools Arrow streams into its work dir and passes a file (crates/protocol build.rs).
+        source = "stdin" if source in ("-", "stdin") else quote(os.path.abspath(source))
         columns = f"({opts['structure']})" if opts.get("structure") else ""
         table = opts.get("table") or "table"
         statements.append(
-            f"CREATE TEMPORARY TABLE `{table}` {columns} ENGINE = File({input_format}, {quote(source)})"
+            f"CREATE TEMPORARY TABLE `{table}` {columns} ENGINE = File({input_format}, {source})"
         )
 
     path = opts.get("path")

@@ -20,12 +20,12 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use chpart_build::{
     build_query, digest_part, inspect_parts, local_args, local_table_ddl, BuiltPart, LocalCommand,
-    RunError, Source, Stdin, StdinInput, WorkDir,
+    RunError, Source, Stdin, WorkDir,
 };
 use chpart_core::manifest::{FileEntry, Manifest, PartEntry, Target};
 use chpart_core::{
@@ -42,7 +42,6 @@ use crate::FailureKind;
 /// Database and table of the build inside clickhouse-local (private to the work dir).
 const LOCAL_DATABASE: &str = "chpart_build";
 const LOCAL_TABLE: &str = "t";
-const STDIN_TABLE: &str = "chpart_input";
 
 /// Where a load's spec and state come from (the ledger, in production).
 pub trait LoadDirectory {
@@ -281,100 +280,81 @@ fn run_clickhouse_local(
     let version_cmd = env.local.clone();
     let version = std::thread::spawn(move || version_cmd.version());
 
-    let stats: Arc<Mutex<Option<Result<u64, InputError>>>> = Arc::default();
-    let (plan, source_rows_known, stdin_input, stdin): (
-        InputPlan,
-        Option<u64>,
-        Option<StdinInput>,
-        Stdin,
-    ) = match input {
-        Input::Parquet(paths) => {
-            let mut files = Vec::new();
-            let mut plan: Option<InputPlan> = None;
-            let mut rows = 0;
-            for path in paths {
-                let path = std::path::absolute(&path).map_err(|e| InputError::Io {
-                    path: path.clone(),
-                    error: e,
-                })?;
-                let file = ParquetInput::open(&path)?;
-                let file_plan = file.check_schema(&target).map_err(InputError::from)?;
-                file.check_nulls(&file_plan)?;
-                rows += file.num_rows();
-                if let Some(first) = &plan {
-                    if first.insert_columns != file_plan.insert_columns {
-                        return Err(BuildError::Build(format!(
-                            "input files {} and {} have different columns ({} vs {})",
-                            first.source,
-                            file_plan.source,
-                            first.insert_columns.join(", "),
-                            file_plan.insert_columns.join(", ")
-                        )));
-                    }
-                }
-                files.push((path, "Parquet".to_owned(), file_plan.structure.clone()));
-                plan.get_or_insert(file_plan);
-            }
-            let plan = plan.ok_or_else(|| BuildError::Build("no input files given".into()))?;
-            let query_source = Source::Files(files);
-            let query = build_query(
-                &ddl,
-                LOCAL_DATABASE,
-                LOCAL_TABLE,
-                &plan.insert_columns,
-                query_source,
-                merge,
-            )
-            .map_err(build_err)?;
-            let output = env
-                .local
-                .run(&local_args(&data, None, &query), Stdin::Null)?;
-            return finish(output, rows, merge, version);
-        }
+    let (files, plan, rows) = match input {
+        Input::Parquet(paths) => parquet_sources(&paths, &target)?,
         Input::ArrowStream(reader) => {
+            // The stream is checked batch by batch on its way into a file of this attempt's
+            // work dir, and clickhouse-local reads that file. It cannot read the stream from a
+            // pipe: the 26.9 engine's ArrowStream reader seeks in its input, which fails on a
+            // pipe for multi-batch streams ("Cannot seek through file (fd = 0)"). The spool is
+            // the same binary Arrow stream (no re-encoding, no text), read once by the engine.
             let pump = ArrowStreamPump::start(reader, &target, "stdin")?;
             let plan = pump.plan().clone();
-            let input = StdinInput {
-                table: STDIN_TABLE.into(),
-                format: "ArrowStream".into(),
-                structure: plan.structure.clone(),
-            };
-            let slot = stats.clone();
-            let stdin = Stdin::writer(move |w| {
-                let result = pump.pump(w, "clickhouse-local").map(|s| s.rows);
-                let outcome = match &result {
-                    Ok(rows) => Ok(*rows),
-                    Err(e) => Err(std::io::Error::other(e.to_string())),
-                };
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
-                outcome
-            });
-            (plan, None, Some(input), stdin)
+            let spool = work.path().join("input.arrows");
+            let file = std::fs::File::create(&spool).map_err(|e| InputError::Io {
+                path: spool.clone(),
+                error: e,
+            })?;
+            let stats = pump.pump(
+                std::io::BufWriter::with_capacity(1 << 20, file),
+                &spool.display().to_string(),
+            )?;
+            let files = vec![(spool, "ArrowStream".to_owned(), plan.structure.clone())];
+            (files, plan, stats.rows)
         }
     };
-    debug_assert!(source_rows_known.is_none());
     let query = build_query(
         &ddl,
         LOCAL_DATABASE,
         LOCAL_TABLE,
         &plan.insert_columns,
-        Source::StdinTable(STDIN_TABLE.into()),
+        Source::Files(files),
         merge,
     )
     .map_err(build_err)?;
     let output = env
         .local
-        .run(&local_args(&data, stdin_input.as_ref(), &query), stdin);
-    // A failed stream is reported as the input error it is, not as the broken pipe it caused.
-    let streamed = stats.lock().unwrap_or_else(|p| p.into_inner()).take();
-    if let Some(Err(e)) = streamed {
-        return Err(e.into());
+        .run(&local_args(&data, None, &query), Stdin::Null)?;
+    finish(output, rows, merge, version)
+}
+
+/// A `file()` source of the build: (absolute path, format, structure).
+type FileSource = (PathBuf, String, String);
+
+/// Checks every Parquet file (footer, schema, nulls) and returns the `file()` sources, the
+/// first file's plan (all must insert the same columns) and the total row count.
+fn parquet_sources(
+    paths: &[PathBuf],
+    target: &[TargetColumn],
+) -> Result<(Vec<FileSource>, InputPlan, u64), BuildError> {
+    let mut files = Vec::new();
+    let mut plan: Option<InputPlan> = None;
+    let mut rows = 0;
+    for path in paths {
+        let path = std::path::absolute(path).map_err(|e| InputError::Io {
+            path: path.clone(),
+            error: e,
+        })?;
+        let file = ParquetInput::open(&path)?;
+        let file_plan = file.check_schema(target).map_err(InputError::from)?;
+        file.check_nulls(&file_plan)?;
+        rows += file.num_rows();
+        if let Some(first) = &plan {
+            if first.insert_columns != file_plan.insert_columns {
+                return Err(BuildError::Build(format!(
+                    "input files {} and {} have different columns ({} vs {})",
+                    first.source,
+                    file_plan.source,
+                    first.insert_columns.join(", "),
+                    file_plan.insert_columns.join(", ")
+                )));
+            }
+        }
+        files.push((path, "Parquet".to_owned(), file_plan.structure.clone()));
+        plan.get_or_insert(file_plan);
     }
-    let rows = match streamed {
-        Some(Ok(rows)) => rows,
-        _ => 0,
-    };
-    finish(output?, rows, merge, version)
+    let plan = plan.ok_or_else(|| BuildError::Build("no input files given".into()))?;
+    Ok((files, plan, rows))
 }
 
 fn finish(
