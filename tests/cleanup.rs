@@ -93,6 +93,9 @@ fn abort_removes_everything_and_fences_late_writers() {
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // begin of a really committed load (plan and attach entries in its ledger) exits 5.
+    let out = s.begin("ab-2", &["--visibility", "part"]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out));
     let out = run(&s, &["abort", "--load", "ab-2"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert!(text(&out).contains("committed"), "{}", text(&out));

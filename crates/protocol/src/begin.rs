@@ -124,7 +124,7 @@ fn describe(target: &TableRef, mode: Mode, visibility: Visibility) -> String {
 pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, BeginError> {
     let server = ledger.server();
     ledger.ensure().await?;
-    let view = ledger.view(&req.load, &[]).await?;
+    let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
     if let Some(outcome) = existing_outcome(&view.state, view.spec.as_ref(), req)? {
         return Ok(outcome);
     }
@@ -211,7 +211,7 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         .append(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body)
         .await?;
     // Read back: if another `begin` of the same load won the race, its spec is the load's.
-    let view = ledger.view(&req.load, &[]).await?;
+    let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
     match view.spec {
         Some(winner) if winner == spec => Ok(BeginOutcome::Opened(spec)),
         winner => Ok(existing_outcome(&view.state, winner.as_ref(), req)?
