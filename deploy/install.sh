@@ -7,9 +7,13 @@
 #     `chpart-test` (an unrelated user for permission tests)
 #   - .venv/ (git-ignored) with chdb-core==26.9.0: the ClickHouse 26.9 engine, used as
 #     clickhouse-local (deploy/clickhouse-local) and as a server (deploy/clickhouse-server)
+#   - in the same .venv: pyspark==4.3.0 (needs Java 17: openjdk-17-jre-headless) and pytest for
+#     the Spark package and its end-to-end tests, and chpart_spark itself (deploy/spark, editable)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHDB_VERSION="26.9.0"
+PYSPARK_VERSION="4.3.0"
+PYTEST_VERSION="9.2.0"
 
 say() { printf '[install] %s\n' "$*"; }
 
@@ -18,6 +22,7 @@ need_pkgs=()
 dpkg -s libssl-dev >/dev/null 2>&1 || need_pkgs+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+java -version 2>&1 | grep -q 'version "17' || need_pkgs+=(openjdk-17-jre-headless)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   say "apt-get install ${need_pkgs[*]}"
   apt-get update -qq
@@ -43,6 +48,21 @@ if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.vers
   say "pip install chdb-core==$CHDB_VERSION (about 200 MB)"
   "$venv/bin/pip" install -q --disable-pip-version-check "chdb-core==$CHDB_VERSION"
 fi
+# Installed version == wanted version, for each pinned Python package.
+pinned() { "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
+want=()
+pinned pyspark "$PYSPARK_VERSION" || want+=("pyspark==$PYSPARK_VERSION")
+pinned pytest "$PYTEST_VERSION" || want+=("pytest==$PYTEST_VERSION")
+if [ ${#want[@]} -gt 0 ]; then
+  say "pip install ${want[*]} (pyspark: about 450 MB)"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${want[@]}"
+fi
+# chpart_spark from this checkout, editable (Spark's Python workers import it from the venv).
+if ! "$venv/bin/python" -c "import chpart_spark, os, sys; sys.exit(os.path.realpath(chpart_spark.__file__) != os.path.realpath('$root/deploy/spark/chpart_spark/__init__.py'))" 2>/dev/null; then
+  say "pip install -e deploy/spark (chpart_spark)"
+  "$venv/bin/pip" install -q --disable-pip-version-check -e "$root/deploy/spark"
+fi
 say "ClickHouse engine: $("$root/deploy/clickhouse-local" --version)"
+say "Spark: pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)') on $(java -version 2>&1 | head -n1)"
 say "sshd: $(/usr/sbin/sshd -V 2>&1 | head -n1 || true)"
 say "done"

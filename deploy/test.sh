@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check and every test tier on this machine, installing what they need first.
-# This is what CI runs (.ci/run). Real components (ClickHouse 26.9 engine, sshd) are started by
+# This is what CI runs (.ci/run). Real components (ClickHouse 26.9 engine, sshd, Spark) are started by
 # the tests themselves, each with its own ports and directories.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,3 +21,8 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
 step "cargo test (unit, protocol and real-component tiers)"
 cargo test --workspace --locked
+
+step "Spark end-to-end tests (tests/spark: pyspark 4.3.0 + Java 17 against the real engine)"
+# The chpart binary the tests run (debug; `cargo test` above has built nearly all of it).
+cargo build --locked --bin chpart
+TEST_CHPART_BIN="$root/target/debug/chpart" .venv/bin/python -m pytest tests/spark -q

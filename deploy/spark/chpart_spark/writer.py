@@ -1,0 +1,367 @@
+"""`write()`: one exactly-once load of a Spark DataFrame into a ClickHouse table.
+
+Driver: `chpart begin` -> one Spark job (`df.mapInArrow(...)`, each task runs `chpart build`
+and returns its manifest) -> `collect()` (exactly one manifest per partition: the attempt
+Spark accepted first) -> the winners as JSON lines in a file -> `chpart commit`.
+"""
+
+import json
+import logging
+import os
+import re
+import subprocess
+import tempfile
+import time
+import warnings
+
+from . import _cli
+from ._cli import ChpartError, CommitError
+
+MODES = ("append", "replace")
+VISIBILITIES = ("partition", "part")
+VERIFIES = ("sizes", "full")
+_ID = re.compile(r"^(?!\.|-)(?!.*\.\.)[A-Za-z0-9._-]{1,128}$")
+
+# What each task returns: one row, whatever its partition held.
+RESULT_SCHEMA = "partition INT, attempt STRING, manifest STRING"
+
+log = logging.getLogger("chpart_spark")
+
+
+def _check_choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def arrow_schema(spark_schema):
+    """The Arrow schema the tasks stream to `chpart build`: Spark's own conversion, with
+    every TimestampType as Timestamp(us, "UTC") (an instant; the session time zone only
+    changes how Spark shows it) and TimestampNTZType as a zone-less Timestamp(us)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema, timezone="UTC")
+
+
+def _conform(batch, schema):
+    """A batch from mapInArrow in the declared schema: only metadata changes in practice
+    (the session time zone on timestamps, string vs large_string), done by Arrow casts."""
+    import pyarrow as pa
+
+    if batch.schema.equals(schema, check_metadata=False):
+        return batch
+    columns = []
+    for column, field in zip(batch.columns, schema):
+        columns.append(column if column.type.equals(field.type) else column.cast(field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _make_task(*, chpart, config, load_id, app_id, schema, extra_env, after_build):
+    """The function each Spark task runs (pickled by value with its closure)."""
+
+    def task(batches):
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId()
+        # taskAttemptId is the only per-attempt number unique within the application
+        # (partitionId/attemptNumber repeat across stage attempts).
+        attempt = f"{app_id}.{ctx.taskAttemptId()}"
+        context = f"load {load_id}, partition {partition}, attempt {attempt} (attempt number {ctx.attemptNumber()})"
+        argv = [
+            chpart, "build", "--config", config, "--load", load_id,
+            "--partition", str(partition), "--attempt", attempt,
+            "--stage", str(ctx.stageId()), "--attempt-number", str(ctx.attemptNumber()),
+            "--input", "-", "--die-with-parent",
+        ]
+        try:
+            # From this (the worker's main) thread: --die-with-parent ties chpart to it.
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=_cli.child_env(extra_env),
+            )
+        except OSError as e:
+            raise ChpartError("build", 127, f"cannot run {chpart!r} on this executor: {e}", argv, context) from None
+        stderr = _cli.StderrTail(proc.stderr)
+        stdout = _cli.StdoutCollector(proc.stdout)
+        # An OSError (EPIPE) while writing means chpart stopped reading: its exit status and
+        # stderr say why, so writing just stops. Any other failure is ours (below).
+        try:
+            try:
+                writer = pa.ipc.new_stream(proc.stdin, schema)
+            except OSError:
+                writer = None
+            if writer is not None:
+                for batch in batches:
+                    batch = _conform(batch, schema)
+                    try:
+                        writer.write_batch(batch)
+                    except OSError:
+                        writer = None
+                        break
+            if writer is not None:
+                try:
+                    writer.close()  # the end-of-stream marker: the input is complete
+                    proc.stdin.close()
+                except OSError:
+                    pass
+        except BaseException:
+            # Our side failed (conversion, interrupted task): chpart must not publish a
+            # partial input, so it is killed before its stdin sees a clean end of stream.
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        code = proc.wait()
+        out = stdout.text()
+        err = stderr.text()
+        if code != 0:
+            raise ChpartError("build", code, err, argv, context)
+        line = _cli.last_line(out)
+        try:
+            manifest = json.loads(line)
+        except ValueError:
+            raise ChpartError("build", code, f"no manifest on stdout (got {out[-500:]!r}); stderr:\n{err}", argv, context) from None
+        if manifest.get("load") != load_id or manifest.get("attempt", {}).get("id") != attempt:
+            raise ChpartError("build", code, f"the manifest is not this attempt's: {line[:500]}", argv, context)
+        if after_build is not None:
+            after_build(ctx, manifest)  # TEST HOOK (see write(_after_build=...))
+        yield pa.RecordBatch.from_pylist(
+            [{"partition": partition, "attempt": attempt, "manifest": line}],
+            schema=pa.schema([("partition", pa.int32()), ("attempt", pa.string()), ("manifest", pa.string())]),
+        )
+
+    return task
+
+
+def _write_winners(path, manifests):
+    """Atomically (tmp + fsync + rename): a winners file either holds every winner or does
+    not exist, so finding one means the job finished."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".chpart-winners-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            for line in manifests:
+                f.write(line.strip() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _read_winners(path, load_id):
+    with open(path) as f:
+        lines = [line for line in f.read().splitlines() if line.strip()]
+    loads = set()
+    for line in lines:
+        try:
+            loads.add(json.loads(line).get("load"))
+        except ValueError:
+            raise ValueError(f"{path} is not a winners file (JSON lines of manifests)") from None
+    if loads - {load_id}:
+        raise ValueError(f"{path} holds manifests of load(s) {sorted(loads - {load_id})}, not {load_id!r}: "
+                         "refusing to reuse it (pass another winners_path)")
+    return lines
+
+
+def write(df, table, load_id, config, mode="append", visibility="partition", chpart="chpart",
+          verify="sizes", extra_env=None, *, winners_path=None, _after_build=None):
+    """Loads ``df`` into the ClickHouse table ``table`` ("db.table") exactly once, as load
+    ``load_id``, and returns the commit summary (a dict, see below).
+
+    - ``config``: the chpart config file, readable at the same path on the driver and on
+      every executor.
+    - ``mode``: "append" adds the rows; "replace" replaces every table partition the load
+      touches (historical reloads; requires visibility "partition").
+    - ``visibility``: "partition" (each partition appears at once, through a shadow table)
+      or "part".
+    - ``chpart``: the binary (a name on PATH or a path valid on the driver and executors).
+    - ``verify``: "sizes" or "full" (`chpart commit --verify`).
+    - ``extra_env``: environment variables added to every chpart invocation (begin, build,
+      commit, abort), e.g. ``CHPART_CLICKHOUSE_PASSWORD`` or other ``CHPART_*`` overrides.
+    - ``winners_path``: where the winning manifests are written (default: a temp file). It
+      is deleted after a successful commit and kept when the commit fails. If it already
+      exists with this load's manifests (a previous run's commit failed or its driver died
+      after the job), the Spark job is skipped and the commit is resumed from it.
+    - ``_after_build``: TEST HOOK, not for production: ``callable(task_context, manifest)``
+      run inside each task after its ``chpart build`` published its parts and before the
+      task returns; raising from it fails that attempt after it published (tests and the
+      quickstart use it to force a losing attempt).
+
+    The summary is `chpart commit --json`'s (load, table, mode, visibility, partitions,
+    parts, rows, winners as [partition, attempt] pairs) plus ``spark_partitions``,
+    ``application_id``, ``seconds`` ({begin, job, commit, total}), ``resumed`` (commit
+    resumed from an existing winners file) and ``already_committed`` (the load had been
+    committed by an earlier run: nothing was done).
+
+    Failures: a failed ``chpart begin`` raises ChpartError. If the Spark job (or anything
+    before the commit) fails, the load is aborted (`chpart abort`) and the exception is
+    re-raised; a task's failure message carries chpart's exit code and stderr tail. If the
+    commit fails, CommitError is raised with ``winners_path`` kept; the load stays open.
+    """
+    _check_choice("mode", mode, MODES)
+    _check_choice("visibility", visibility, VISIBILITIES)
+    _check_choice("verify", verify, VERIFIES)
+    if mode == "replace" and visibility != "partition":
+        raise ValueError('mode="replace" requires visibility="partition"')
+    if not _ID.match(load_id or ""):
+        raise ValueError(f"load_id {load_id!r} must be 1-128 of [A-Za-z0-9._-], not starting with . or -, without ..")
+    config = os.path.abspath(str(config))
+    chpart = _cli.resolve_binary(str(chpart))
+    t0 = time.monotonic()
+    seconds = {"begin": 0.0, "job": 0.0, "commit": 0.0}
+    common = dict(chpart=chpart, config=config, load_id=load_id, extra_env=extra_env)
+
+    if winners_path and os.path.exists(winners_path):
+        lines = _read_winners(winners_path, load_id)
+        log.info("load %s: resuming the commit from %s (%d winners; no Spark job)", load_id, winners_path, len(lines))
+        summary = _commit(winners_path=winners_path, partitions=len(lines), verify=verify,
+                          visibility=visibility, seconds=seconds, **common)
+        os.unlink(winners_path)
+        seconds["total"] = time.monotonic() - t0
+        summary.update(spark_partitions=len(lines), application_id=None, seconds=seconds, resumed=True,
+                       already_committed=False)
+        return summary
+
+    schema = arrow_schema(df.schema)  # unsupported column types fail here, before begin
+    spark = df.sparkSession
+    app_id = spark.sparkContext.applicationId
+
+    t = time.monotonic()
+    # A re-run of a load that an earlier run committed does nothing and reports it.
+    done = _already_committed(**common)
+    if done is None:
+        _cli.run_json(chpart, "begin", ["--table", table, "--load", load_id, "--mode", mode, "--visibility", visibility],
+                      config, extra_env, context=f"load {load_id}")
+    else:
+        log.info("load %s is already committed (%s rows): nothing to do", load_id, done.get("rows"))
+        done.update(spark_partitions=None, application_id=app_id, resumed=False, already_committed=True,
+                    seconds={"begin": time.monotonic() - t, "job": 0.0, "commit": 0.0, "total": time.monotonic() - t0})
+        return done
+    seconds["begin"] = time.monotonic() - t
+    log.info("load %s opened on %s (mode %s, visibility %s)", load_id, table, mode, visibility)
+
+    own_winners_file = winners_path is None
+    try:
+        t = time.monotonic()
+        task = _make_task(chpart=chpart, config=config, load_id=load_id, app_id=app_id, schema=schema,
+                          extra_env=extra_env, after_build=_after_build)
+        with warnings.catch_warnings():
+            # pyspark 4.3 warns that pandas >= 3 is not fully supported; mapInArrow uses none of it.
+            warnings.simplefilter("ignore", FutureWarning)
+            results = df.mapInArrow(task, RESULT_SCHEMA).rdd
+        # The RDD's partitions are the job's tasks; with AQE, asking for them runs the
+        # upstream stages first, so the count is the one collect() uses.
+        partitions = results.getNumPartitions()
+        log.info("load %s: Spark job of %d task(s), each streaming its partition into chpart build", load_id, partitions)
+        rows = results.collect()  # exactly one row per partition: the first successful attempt's
+        seconds["job"] = time.monotonic() - t
+        by_partition = {}
+        for row in rows:
+            if row.partition in by_partition:
+                raise RuntimeError(f"two results for partition {row.partition}: Spark returned {len(rows)} rows "
+                                   f"for {partitions} partitions")
+            by_partition[row.partition] = row.manifest
+        if sorted(by_partition) != list(range(partitions)):
+            raise RuntimeError(f"expected one manifest for each of the partitions 0..{partitions - 1}, "
+                               f"got partitions {sorted(by_partition)}")
+        if own_winners_file:
+            fd, winners_path = tempfile.mkstemp(prefix=f"chpart-winners-{load_id}-", suffix=".jsonl")
+            os.close(fd)
+        _write_winners(winners_path, [by_partition[p] for p in range(partitions)])
+        log.info("load %s: %d winning manifest(s) collected in %.1fs -> %s", load_id, partitions, seconds["job"],
+                 winners_path)
+    except BaseException as failure:
+        log.error("load %s: the job failed (%s); aborting the load", load_id, type(failure).__name__)
+        _abort_after(failure, **common)
+        if own_winners_file and winners_path:
+            try:
+                os.unlink(winners_path)
+            except OSError:
+                pass
+        raise
+
+    summary = _commit(winners_path=winners_path, partitions=partitions, verify=verify, visibility=visibility,
+                      seconds=seconds, **common)
+    os.unlink(winners_path)
+    seconds["total"] = time.monotonic() - t0
+    log.info("load %s committed: %s rows in %s part(s), %s partition(s), commit %.2fs",
+             load_id, summary.get("rows"), summary.get("parts"), summary.get("partitions"), seconds["commit"])
+    summary.update(spark_partitions=partitions, application_id=app_id, seconds=seconds, resumed=False,
+                   already_committed=False)
+    return summary
+
+
+def _commit(*, chpart, config, load_id, extra_env, winners_path, partitions, verify, visibility, seconds,
+            retries=3, backoff=(2, 5)):
+    """`chpart commit`, retried on exit 3 (it is resumable); CommitError otherwise."""
+    args = ["--load", load_id, "--winners", winners_path, "--partitions", str(partitions),
+            "--verify", verify, "--visibility", visibility]
+    hint = f"{chpart} commit --config {config} " + " ".join(args)
+    t = time.monotonic()
+    for attempt in range(retries):
+        try:
+            summary = _cli.run_json(chpart, "commit", args, config, extra_env, context=f"load {load_id}")
+            seconds["commit"] = time.monotonic() - t
+            return summary
+        except ChpartError as e:
+            if e.retryable and attempt + 1 < retries:
+                log.warning("load %s: commit failed with a retryable error, retrying: %s", load_id, e)
+                time.sleep(backoff[min(attempt, len(backoff) - 1)])
+                continue
+            raise CommitError(e.command, e.exit_code, e.stderr_tail, e.argv, e.context, winners_path=winners_path,
+                              resume_hint=hint) from None
+
+
+def _already_committed(*, chpart, config, load_id, extra_env):
+    """The summary of a committed load (from `chpart status`), or None if it is not committed."""
+    loads = _cli.run_json(chpart, "status", ["--load", load_id], config, extra_env, context=f"load {load_id}")
+    for entry in loads:
+        if entry.get("load") == load_id and entry.get("state") == "committed":
+            keys = ("load", "table", "mode", "visibility", "partitions", "rows", "winners")
+            summary = {k: entry.get(k) for k in keys}
+            summary["parts"] = entry.get("parts_planned")
+            return summary
+    return None
+
+
+def _abort_after(failure, *, chpart, config, load_id, extra_env):
+    try:
+        _cli.run(chpart, "abort", ["--load", load_id, "--json"], config, extra_env, context=f"load {load_id}")
+    except Exception as e:  # keep the job's failure as the one raised
+        note = f"chpart_spark: aborting load {load_id} after the failure also failed: {e}"
+        if hasattr(failure, "add_note"):
+            failure.add_note(note)
+        else:
+            warnings.warn(note)
+
+
+def abort(load_id, config, chpart="chpart", extra_env=None):
+    """`chpart abort --json`: the removed items."""
+    return _cli.run_json(_cli.resolve_binary(chpart), "abort", ["--load", load_id], config, extra_env)
+
+
+def status(config, load_id=None, chpart="chpart", extra_env=None):
+    """`chpart status --json`: a list of loads (state, plan, attempts with ``won``, gc_pending)."""
+    args = ["--load", load_id] if load_id else []
+    return _cli.run_json(_cli.resolve_binary(chpart), "status", args, config, extra_env)
+
+
+def gc(config, chpart="chpart", extra_env=None, older_than=None, abort_stale=False):
+    """`chpart gc --json`: what was removed, per finished load."""
+    args = []
+    if older_than:
+        args += ["--older-than", older_than]
+    if abort_stale:
+        args.append("--abort-stale")
+    return _cli.run_json(_cli.resolve_binary(chpart), "gc", args, config, extra_env)
