@@ -1,0 +1,276 @@
+"""The Spark driver of one failure scenario, run by tests/spark/test_spark_failures.py as its
+own process (so a scenario that goes wrong cannot leave a SparkContext, executors or zombie
+tasks in the test process). It computes the source's checksum, loads the test dataset with
+chpart_spark.write through the recording chpart probe while forcing the scenario's failure,
+and writes what happened as JSON to --out (exit 0 when write() returned, 1 when anything
+raised). The test then checks that result, the event log, the table, `chpart status` and
+`chpart gc`.
+
+Scenarios:
+  zombie         stage retry after FetchFailed with two zombie attempts that publish late
+                 (one after collect() returned and before the commit, one after the commit)
+  executor-loss  an executor JVM is SIGKILLed while a write task runs (local-cluster[2,1,1024])
+  speculation    a straggler and its speculative copy on a standalone cluster of two hosts
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+FAILURE_JOBS = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(FAILURE_JOBS))
+os.environ["PYSPARK_PYTHON"] = sys.executable
+
+import chpart_spark  # noqa: E402
+from conftest import spark_builder  # noqa: E402
+from datasets import events  # noqa: E402
+from failure_jobs import faults, hold_local, probe  # noqa: E402
+from failure_jobs.faults import wait_for  # noqa: E402
+
+WAIT = 90  # seconds any wait for a marker may take before the scenario fails loudly
+
+
+def mark(result, name):
+    """Seconds since the driver started, per step (the test prints them)."""
+    result.setdefault("marks", {})[name] = round(time.time() - result["started"], 2)
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def running_tasks(spark):
+    """Tasks Spark's status store counts as running, over all executors (zombies included)."""
+    infos = spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()
+    return sum(info.numRunningTasks() for info in infos)
+
+
+def wait_for_executors(spark, count):
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    wait_for(lambda: len(tracker.getExecutorInfos()) > count, WAIT, f"{count} executors (and the driver) to register")
+    return sorted(info.host() for info in tracker.getExecutorInfos())
+
+
+def clickhouse_local_command(config):
+    """The `[clickhouse_local] command` of the chpart config (what hold_local runs)."""
+    import tomllib
+
+    with open(config, "rb") as f:
+        return tomllib.load(f)["clickhouse_local"]["command"]
+
+
+def scenario_zombie(args, spark, df, ctrl, result):
+    """Partitions 0 and 1 get zombies in the write stage's attempt 0 (faults.zombie_stragglers):
+    their builds have their whole input and straggle in clickhouse-local (hold_local) while
+    stage attempt 1 runs their partitions again and wins. Zombie 0 is released by the probe
+    right before `chpart commit`, after collect() returned: it publishes while the load is open
+    and must be a loser that commit ignores and gc removes. Zombie 1 is released after write()
+    returned: its build started before the commit (it passed the first fence) and must be
+    fenced (exit 5) when it is about to publish.
+
+    Spark kills the zombie tasks when the job ends, but a Python task that waits for its
+    subprocess is only destroyed spark.python.task.killTimeout later (2 s by default; the
+    --die-with-parent chain then kills the build): that is the window in which a real zombie
+    keeps writing after collect() returned. Here both late builds end within about 1.5 s of the
+    job's end, inside the default window, but the timeout is raised (SESSION_CONF) so that they
+    never race the kill."""
+    from pyspark.sql import functions as F
+
+    zombies = [0, 1]
+    staged = df.repartition(4, F.col("id")).mapInArrow(
+        faults.zombie_stragglers(ctrl, zombies, args.local_dir, WAIT), df.schema)
+    env = dict(args.probe_env)
+    env.update(hold_local.install(os.path.join(args.work, "hold"), clickhouse_local_command(args.config), ctrl, WAIT))
+    env[probe.ENV_BEFORE_COMMIT] = json.dumps(
+        {"release": os.path.join(ctrl, "release-0"), "claim": os.path.join(ctrl, "zombie-0.json"), "timeout": WAIT})
+    result["summary"] = chpart_spark.write(staged, table=args.table, load_id=args.load, config=args.config,
+                                           chpart=args.probe, extra_env=env)
+    mark(result, "write")
+    # The load is committed; now the second zombie's build goes on.
+    zombie1 = read_json(os.path.join(ctrl, "zombie-1.json"))
+    faults.write_marker(os.path.join(ctrl, "release-1"), {"released": "after the commit", "time": time.time()})
+    suffix = f".{zombie1['task_attempt_id']}"
+    wait_for(lambda: any(b["attempt"].endswith(suffix) and b["end"] for b in probe.builds(args.calls)), WAIT,
+             "the second zombie's build to end")
+    # The zombie tasks end once their Python workers return: the event log must record them.
+    wait_for(lambda: running_tasks(spark) == 0, WAIT, "the zombie tasks to end")
+
+
+def executor_jvms(app_id):
+    """{pid: executor id} of this application's executor JVMs: the processes whose command line
+    (/proc/<pid>/cmdline, what `ps -ww` shows) runs CoarseGrainedExecutorBackend with --app-id
+    `app_id`."""
+    jvms = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = [w.decode(errors="replace") for w in f.read().split(b"\0")]
+        except OSError:
+            continue
+        if any("CoarseGrainedExecutorBackend" in w for w in words) and app_id in words:
+            jvms[int(pid)] = words[words.index("--executor-id") + 1] if "--executor-id" in words else None
+    return jvms
+
+
+def parent_pid(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def process_gone(pid):
+    """The process has exited (it no longer exists, or is a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def kill_executor_of_victim(ctrl, app_id, record, stop):
+    """Waits for the victim task (faults.wait_for_executor_loss), finds the executor JVM that
+    runs it (the ancestor of its Python worker among the app's CoarseGrainedExecutorBackend
+    processes) and SIGKILLs it. Gives up when `stop` is set (write() ended first)."""
+    victim = wait_for(lambda: stop.is_set() or read_json(os.path.join(ctrl, "victim.json")), WAIT, "the victim task")
+    if victim is True:
+        raise RuntimeError("write() ended before the victim task showed up")
+    jvms = executor_jvms(app_id)
+    record["executor_jvms"] = {str(k): v for k, v in jvms.items()}
+    pid = victim["pid"]
+    while pid > 1 and pid not in jvms:
+        pid = parent_pid(pid)
+    if pid not in jvms:
+        raise RuntimeError(f"no executor JVM of {app_id} is an ancestor of the victim's Python worker "
+                           f"{victim['pid']}: {jvms}")
+    os.kill(pid, signal.SIGKILL)
+    record.update(pid=pid, executor_id=jvms[pid], time=time.time())
+    wait_for(lambda: process_gone(pid), WAIT, f"executor JVM {pid} to die")
+
+
+def scenario_executor_loss(args, spark, df, ctrl, result):
+    """local-cluster[2,1,1024]: two executor JVMs of one core. The first attempt of partition 1
+    publishes its parts, then waits in its task (faults.wait_for_executor_loss) while a driver
+    thread SIGKILLs the executor JVM running it. Spark loses the executor and the task with it
+    and runs partition 1 again elsewhere; the killed attempt's parts are a loser's."""
+    killed, failures, stop = {}, [], threading.Event()
+
+    def killer():
+        try:
+            kill_executor_of_victim(ctrl, spark.sparkContext.applicationId, killed, stop)
+        except BaseException as e:  # reported (the test fails on it), never swallowed
+            failures.append(f"{type(e).__name__}: {e}")
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        result["summary"] = chpart_spark.write(df, table=args.table, load_id=args.load, config=args.config,
+                                               chpart=args.probe, extra_env=args.probe_env,
+                                               _after_build=faults.wait_for_executor_loss(1, ctrl, WAIT))
+        mark(result, "write")
+    finally:
+        stop.set()
+        thread.join(WAIT)
+        result.update(killed=killed, killer_failures=failures)
+
+
+def scenario_speculation(args, spark, df, ctrl, result):
+    """A standalone cluster (--master spark://...) with one single-core executor on each of two
+    hosts. The first attempt of partition 0 publishes, then straggles
+    (faults.straggle_until_speculated); Spark's speculation starts a copy on the other host,
+    the copy wins, and Spark kills the straggler."""
+    result["summary"] = chpart_spark.write(df, table=args.table, load_id=args.load, config=args.config,
+                                           chpart=args.probe, extra_env=args.probe_env,
+                                           _after_build=faults.straggle_until_speculated(0, ctrl, WAIT))
+    mark(result, "write")
+    # The killed straggler's end must be in the event log.
+    wait_for(lambda: running_tasks(spark) == 0, WAIT, "the straggler to be killed")
+
+
+# Per scenario: (default master, executors to wait for, session settings, the scenario).
+SCENARIOS = {
+    "zombie": ("local[3,4]", 0, {"spark.python.task.killTimeout": "600s"}, scenario_zombie),
+    "executor-loss": ("local-cluster[2,1,1024]", 2, {}, scenario_executor_loss),
+    # A speculative copy never runs on its original's host: both executors (hosts) must be up.
+    "speculation": (None, 2, {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executor.cores": "1",
+        "spark.cores.max": "2",
+        "spark.executor.memory": "1g",
+        "spark.speculation": "true",
+        "spark.speculation.interval": "100ms",
+        "spark.speculation.multiplier": "2",
+        "spark.speculation.quantile": "0.5",
+        "spark.speculation.minTaskRuntime": "3s",
+        # Judge stragglers by run time only, not by their rate of processed records.
+        "spark.speculation.efficiency.enabled": "false",
+    }, scenario_speculation),
+}
+
+
+def run(args, result):
+    master, executors, conf, scenario = SCENARIOS[args.scenario]
+    ctrl = os.path.join(args.work, "ctrl")
+    os.makedirs(ctrl)
+    os.makedirs(args.local_dir)
+    builder = spark_builder(args.master or master, args.event_dir, f"chpart-{args.scenario}")
+    builder = builder.config("spark.local.dir", args.local_dir)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    result["application_id"] = spark.sparkContext.applicationId
+    mark(result, "session")
+    try:
+        if executors:
+            result["executors"] = wait_for_executors(spark, executors)
+        faults.ship_by_value()
+        df = events(spark, rows=args.rows, partitions=4)
+        source = chpart_spark.spark_checksum(df)
+        result.update(source_rows=source.rows, source_sum=str(source.total))
+        mark(result, "source checksum")
+        scenario(args, spark, df, ctrl, result)
+    finally:
+        result["ctrl"] = {name: read_json(os.path.join(ctrl, name)) for name in sorted(os.listdir(ctrl))}
+        spark.stop()  # completes the event log
+        mark(result, "stop")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    for name in ("--config", "--chpart", "--table", "--load", "--work", "--out"):
+        p.add_argument(name, required=True)
+    p.add_argument("--rows", type=int, required=True)
+    p.add_argument("--master")
+    args = p.parse_args()
+    args.work = os.path.abspath(args.work)
+    args.event_dir = os.path.join(args.work, "spark-events")
+    args.local_dir = os.path.join(args.work, "spark-local")
+    os.makedirs(args.event_dir, exist_ok=True)
+    args.probe, args.calls, args.probe_env = probe.install(os.path.join(args.work, "probe"), args.chpart)
+    result = {"event_dir": args.event_dir, "calls": args.calls, "started": time.time()}
+    code = 0
+    try:
+        run(args, result)
+    except Exception as e:
+        result.update(error=type(e).__name__, message=str(e)[-6000:], traceback=traceback.format_exc()[-6000:])
+        code = 1
+    finally:
+        with open(args.out, "w") as f:
+            json.dump(result, f, default=str)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
