@@ -1,0 +1,721 @@
+"""End-to-end benchmark of one Spark job's load into ClickHouse: chpart vs row inserts over HTTP.
+
+The same Spark job loads the same events twice in one run: through chpart, and by inserting
+rows over HTTP the way a row-inserting connector does.
+
+    cargo build --release
+    .venv/bin/python deploy/spark/bench/e2e.py [--rows N] [--partitions P]
+
+What runs, in this order (README.md next to this file explains every figure):
+
+1. Its own ClickHouse 26.9 server (deploy/clickhouse-server serve --stop-on-stdin-eof, free
+   loopback ports, a fresh temp dir): it stops when this script ends, fails, is interrupted or
+   killed, because it watches a pipe from this process. Two identical MergeTree tables, the
+   DDL of deploy/spark/examples/load_events.py (an hour of web events, 10 columns).
+2. A local Spark session (local[2]) and the DataFrame of that example's generator: deterministic,
+   so every job below computes the same rows. The source checksum runs first (it also warms the
+   JVM and the Python workers); then "Spark alone": the same job handing its Arrow batches to
+   Python and discarding them, the part of every load that is not the load itself.
+3. --repeat rounds (tables emptied in between, the order alternating), each of both loads:
+   (a) `chpart_spark.write` into `bench.events_chpart` (local transport: tasks build parts with
+   clickhouse-local and move them into the server's detached/; the driver attaches them).
+   (b) `df.mapInArrow` tasks POSTing `INSERT INTO bench.events_insert FORMAT ArrowStream`,
+   one request per 10,000 rows: the defaults of ClickHouse's own Spark connector
+   (`spark.clickhouse.write.format=arrow`, `spark.clickhouse.write.batchSize=10000`).
+   For each: wall time of the whole load, the server process's utime+stime over it, then (its
+   merges stopped, so none lands in the other load's figures) the table's uncompressed bytes
+   from system.parts. Then each table is merged to one part per partition (OPTIMIZE FINAL),
+   its server CPU measured: the merges a load leaves to the server, at most.
+4. The last round's tables are checked against the source: count and order-independent
+   checksum.
+5. Each variant's fastest round: a table and the targets on stdout, the figures in
+   docs/e2e-benchmark.json and a chart in docs/e2e-benchmark.png (matplotlib).
+
+Exit status: 0 when both tables hold exactly the source rows (a missed target is reported, not
+an error: timings on a shared machine are evidence, not a verdict), 1 when they do not, 2 when
+the benchmark could not run.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "deploy" / "spark" / "examples"))
+
+import chpart_spark  # noqa: E402
+
+sys.dont_write_bytecode = True  # the benchmark writes nothing into the examples directory
+from load_events import COLUMNS, DDL, hour_of_events  # noqa: E402  (the example job's table and generator)
+
+sys.dont_write_bytecode = False
+
+HOUR = "2026-11-30T09"
+DATABASE = "bench"
+TABLES = {"chpart": f"{DATABASE}.events_chpart", "insert": f"{DATABASE}.events_insert"}
+ORDERS = {"chpart": ("chpart", "insert"), "insert": ("insert", "chpart")}
+CONNECTOR_BATCH_ROWS = 10_000  # spark.clickhouse.write.batchSize's default
+TARGET_SPEEDUP = 1.0  # chpart at least as fast end to end
+TARGET_CPU_RATIO = 20.0  # at least 20x less server CPU per uncompressed GB
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+BUSY_CPUS = 0.2  # CPUs used on average by other processes during a load: above this, its timing is suspect
+
+# Spark's own logging: errors only (the benchmark prints what matters).
+LOG4J2 = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not run (as opposed to a result that misses a target)."""
+
+
+def say(message):
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def free_ports(n):
+    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def process_cpu_seconds(pid):
+    """utime + stime of a process (all its threads), from /proc/<pid>/stat fields 14 and 15."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 (state)
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def tree_cpu_seconds(root):
+    """CPU seconds of `root` and every live descendant, each with the CPU of the children it has
+    reaped (utime + stime + cutime + cstime): Spark's JVM and Python workers, chpart,
+    clickhouse-local and the server are all descendants of this process."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            stats[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
+    children = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0))[1]
+        todo.extend(children.get(pid, ()))
+    return total / CLK_TCK
+
+
+def machine_cpu_seconds():
+    """Busy CPU seconds of the whole machine since boot (every process, /proc/stat)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+class Server:
+    """A ClickHouse 26.9 server (deploy/clickhouse-server) on free loopback ports in `base`.
+
+    Started with `serve --stop-on-stdin-eof`: closing our end of its stdin stops it cleanly, and
+    if this process dies however it dies, the pipe closes and the server stops with it."""
+
+    def __init__(self, base):
+        self.data_dir = base / "data"
+        self.run_dir = base / "run"
+        self.http_port, self.tcp_port = free_ports(2)
+        self.url = f"http://127.0.0.1:{self.http_port}"
+        self.proc = None
+        self.pid = None
+
+    def start(self, timeout=120):
+        self.run_dir.mkdir(parents=True)
+        log = open(self.run_dir / "server.log", "ab")
+        self.proc = subprocess.Popen(
+            [str(ROOT / "deploy" / "clickhouse-server"), "serve", "--data", str(self.data_dir), "--run-dir",
+             str(self.run_dir), "--http-port", str(self.http_port), "--tcp-port", str(self.tcp_port),
+             "--stop-on-stdin-eof"],
+            stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError(f"the ClickHouse server exited with status {self.proc.returncode}; "
+                                 f"log {self.run_dir / 'server.log'}:\n{self.log_tail()}")
+            if self.pid is None:
+                try:  # the launcher's own pid file: the process whose CPU is measured
+                    self.pid = int((self.run_dir / "server.pid").read_text().strip())
+                except (OSError, ValueError):
+                    pass
+            if self.pid is not None and self.ping():
+                return
+            time.sleep(0.2)
+        raise BenchError(f"the ClickHouse server did not answer /ping within {timeout}s:\n{self.log_tail()}")
+
+    def ping(self):
+        try:
+            with urllib.request.urlopen(self.url + "/ping", timeout=1) as r:
+                return r.read().strip() == b"Ok."
+        except OSError:
+            return False
+
+    def log_tail(self, n=20):
+        try:
+            return "".join((self.run_dir / "server.log").read_text(errors="replace").splitlines(True)[-n:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout=60):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            self.proc.stdin.close()  # EOF ends the server's blocking query: a clean shutdown
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def cpu(self):
+        return process_cpu_seconds(self.pid)
+
+    def query(self, sql, timeout=300):
+        request = urllib.request.Request(self.url + "/", data=sql.encode(), method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
+                return r.read().decode()
+        except urllib.error.HTTPError as e:
+            raise BenchError(f"ClickHouse refused {sql[:200]!r}: {e.read().decode(errors='replace')}") from None
+
+    def scalar(self, sql):
+        return self.query(sql).strip()
+
+    def parts(self, table):
+        """(active parts, rows, uncompressed bytes, bytes on disk) of a table."""
+        db, name = table.split(".")
+        line = self.scalar(
+            "SELECT count(), sum(rows), sum(data_uncompressed_bytes), sum(bytes_on_disk) FROM system.parts "
+            f"WHERE database = '{db}' AND table = '{name}' AND active FORMAT TSV")
+        return [int(v) for v in line.split("\t")]
+
+    def merge_to_one_part(self, table):
+        """Lets the table merge again and merges every partition down to one part
+        (`OPTIMIZE ... FINAL`, skipping partitions that already are one merged part); returns when
+        no merge of the table is left."""
+        db, name = table.split(".")
+        self.query(f"SYSTEM START MERGES {table}")
+        self.query(f"OPTIMIZE TABLE {table} FINAL SETTINGS optimize_skip_merged_partitions = 1")
+        while self.scalar(f"SELECT count() FROM system.merges WHERE database = '{db}' AND table = '{name}'") != "0":
+            time.sleep(0.2)
+
+
+class Meter:
+    """Over a block: wall time, the server's CPU, the machine's busy CPU, and the part of that
+    used by processes outside this benchmark's process tree (other work on the machine)."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def __enter__(self):
+        self.tree0 = tree_cpu_seconds(os.getpid())
+        self.t0, self.cpu0, self.machine0 = time.monotonic(), self.server.cpu(), machine_cpu_seconds()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.monotonic() - self.t0
+        self.server_cpu = self.server.cpu() - self.cpu0
+        self.machine_cpu = machine_cpu_seconds() - self.machine0
+        self.others_cpu = max(0.0, self.machine_cpu - (tree_cpu_seconds(os.getpid()) - self.tree0))
+        return False
+
+
+def make_insert_task(url, table, columns, batch_rows, timeout):
+    """The function each Spark task of the INSERT variant runs (mapInArrow): what a
+    row-inserting connector does, one `INSERT ... FORMAT ArrowStream` POST per `batch_rows`
+    rows of the task's partition, in the partition's order; returns one row of counts."""
+    query = f"INSERT INTO {table} ({', '.join(columns)}) FORMAT ArrowStream"
+    endpoint = url + "/?" + urllib.parse.urlencode({"query": query})
+
+    def task(batches):
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        rows = inserts = 0
+
+        def post(part):
+            nonlocal rows, inserts
+            part = part.combine_chunks()  # one record batch per request
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, part.schema) as writer:
+                writer.write_table(part)
+            request = urllib.request.Request(endpoint, data=sink.getvalue().to_pybytes(), method="POST",
+                                             headers={"Content-Type": "application/octet-stream"})
+            try:
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    response.read()
+            except urllib.error.HTTPError as e:
+                raise RuntimeError(f"INSERT of {part.num_rows} rows failed: {e.read().decode(errors='replace')}") \
+                    from None
+            rows += part.num_rows
+            inserts += 1
+
+        pending = None
+        for batch in batches:
+            pending = pa.Table.from_batches([batch]) if pending is None else pa.concat_tables(
+                [pending, pa.Table.from_batches([batch])])
+            while pending.num_rows >= batch_rows:
+                post(pending.slice(0, batch_rows))
+                pending = pending.slice(batch_rows)
+        if pending is not None and pending.num_rows:
+            post(pending)
+        yield pa.RecordBatch.from_pylist(
+            [{"partition": TaskContext.get().partitionId(), "rows": rows, "inserts": inserts}],
+            schema=pa.schema([("partition", pa.int32()), ("rows", pa.int64()), ("inserts", pa.int64())]))
+
+    return task
+
+
+def discard_task(batches):
+    """Spark alone: receive the partition's Arrow batches in Python and drop them."""
+    import pyarrow as pa
+
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.RecordBatch.from_pylist([{"rows": rows}], schema=pa.schema([("rows", pa.int64())]))
+
+
+def start_spark(base, partitions):
+    conf_dir = base / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "log4j2.properties").write_text(LOG4J2)
+    os.environ["SPARK_CONF_DIR"] = str(conf_dir)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # pyspark 4.3 warns in every Python worker that pandas >= 3 is not fully supported.
+    os.environ["PYTHONWARNINGS"] = "ignore:PySpark does not yet fully support pandas:FutureWarning"
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]").appName("chpart-e2e-benchmark")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={conf_dir / 'log4j2.properties'}")
+        .config("spark.local.dir", str(base / "spark-local"))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(partitions))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def write_chpart_config(path, server, work_dir):
+    """chpart's config for a server on this machine: local transport, staging next to the data."""
+    path.write_text(
+        "[clickhouse]\n"
+        f'url = "{server.url}"\n'
+        "request_timeout_secs = 300\n"
+        "[transport]\n"
+        'kind = "local"\n'
+        "[clickhouse_local]\n"
+        f'command = "{ROOT / "deploy" / "clickhouse-local"}"\n'
+        f'work_dir = "{work_dir}"\n'
+        "[staging]\n"
+        f'root = "{server.data_dir / "chpart-staging"}"\n'
+        "[ledger]\n"
+        'database = "chpart"\n')
+
+
+def variant_figures(meter, server, table, rows, extra):
+    """The figures of one load, taken as soon as it returned. The table's merges are stopped first:
+    ClickHouse schedules merges when it likes (its selector backs off up to 60 s), and a merge of
+    this table must not land in the next load's measurement."""
+    server.query(f"SYSTEM STOP MERGES {table}")
+    parts, table_rows, uncompressed, on_disk = server.parts(table)
+    return {
+        "table": table,
+        "wall_secs": meter.wall,
+        "rows": rows,
+        "rows_per_sec": rows / meter.wall,
+        "server_cpu_secs": meter.server_cpu,
+        "uncompressed_bytes": uncompressed,
+        "bytes_on_disk": on_disk,
+        "server_cpu_secs_per_gb": meter.server_cpu / (uncompressed / 1e9),
+        "machine_cpu_secs": meter.machine_cpu,
+        "other_processes_cpu_secs": meter.others_cpu,
+        "parts_after_load": parts,
+        "table_rows_after_load": table_rows,
+        **extra,
+    }
+
+
+def merge_figures(server, variant):
+    """What it costs the server to bring the loaded table to one part per partition, the state
+    both tables end in (the merges ClickHouse would do sooner or later, at most)."""
+    with Meter(server) as m:
+        server.merge_to_one_part(variant["table"])
+    gb = variant["uncompressed_bytes"] / 1e9
+    variant.update({
+        "merge_secs": m.wall,
+        "merge_server_cpu_secs": m.server_cpu,
+        "parts_after_merge": server.parts(variant["table"])[0],
+        "server_cpu_secs_per_gb_with_merge": (variant["server_cpu_secs"] + m.server_cpu) / gb,
+    })
+
+
+def run(args, base):
+    chpart = Path(args.chpart)
+    if not os.access(chpart, os.X_OK):
+        raise BenchError(f"{chpart} not found: run `cargo build --release` first")
+    result = {
+        "benchmark": "chpart end-to-end: chpart_spark.write vs Spark tasks inserting over HTTP",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
+                    "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+                    "load_average_at_start": os.getloadavg()},
+        "chpart_version": subprocess.run([str(chpart), "--version"], capture_output=True, text=True).stdout.strip(),
+        "params": {"rows": args.rows, "partitions": args.partitions, "spark_master": "local[2]", "hour": HOUR,
+                   "insert_format": "ArrowStream", "insert_batch_rows": args.insert_batch_rows,
+                   "repeat": args.repeat, "first": args.first},
+    }
+
+    server = Server(base / "clickhouse")
+    say(f"starting ClickHouse (deploy/clickhouse-server) on 127.0.0.1:{server.http_port}, data in {base}")
+    try:
+        server.start()
+        result["server_version"] = server.scalar("SELECT version()")
+        server.query(f"CREATE DATABASE {DATABASE}")
+        for table in TABLES.values():
+            server.query(DDL.format(table=table))
+        config = base / "chpart.toml"
+        (base / "work").mkdir()
+        write_chpart_config(config, server, base / "work")
+
+        say(f"starting Spark (local[2]); {args.rows:,} events of {HOUR}:00 UTC in {args.partitions} partitions")
+        spark = start_spark(base, args.partitions)
+        try:
+            df = hour_of_events(spark, HOUR, args.rows, args.partitions)
+            t = time.monotonic()
+            source = chpart_spark.spark_checksum(df)  # also warms the JVM and the Python workers
+            say(f"source: {source.rows:,} rows, checksum {source.hex} ({time.monotonic() - t:.1f}s, warm-up)")
+            if source.rows != args.rows:
+                raise BenchError(f"the generator made {source.rows} rows, not {args.rows}")
+
+            with Meter(server) as m:
+                n = sum(r.rows for r in df.mapInArrow(discard_task, "rows LONG").collect())
+            result["spark_alone"] = {"wall_secs": m.wall, "rows": n, "machine_cpu_secs": m.machine_cpu,
+                                     "server_cpu_secs": m.server_cpu, "other_processes_cpu_secs": m.others_cpu}
+            say(f"Spark alone (generate, hand the Arrow batches to Python, discard): {m.wall:.1f}s")
+
+            t = time.monotonic()
+            idle0 = server.cpu()
+            time.sleep(args.idle_secs)
+            result["server_idle_cpu_per_sec"] = (server.cpu() - idle0) / (time.monotonic() - t)
+
+            rounds = []
+            for number in range(args.repeat):
+                order = ORDERS[args.first] if number % 2 == 0 else ORDERS[args.first][::-1]
+                say(f"round {number + 1} of {args.repeat}: {' then '.join(order)}")
+                if number:
+                    for table in TABLES.values():
+                        server.query(f"TRUNCATE TABLE {table} SYNC")
+                rounds.append(one_round(order, df, server, config, chpart, args))
+            result["rounds"] = rounds
+            # each variant's fastest round, with every figure of that round
+            result["variants"] = {name: min((r["variants"][name] for r in rounds), key=lambda f: f["wall_secs"])
+                                  for name in TABLES}
+
+            say("verifying both tables against the source (count + checksum)")
+            result["source"] = {"rows": source.rows, "checksum": source.hex}
+            verify = {}
+            for name, table in TABLES.items():
+                count = int(server.scalar(f"SELECT count() FROM {table}"))
+                loaded = chpart_spark.clickhouse_checksum(server.url, f"SELECT {', '.join(COLUMNS)} FROM {table}")
+                verify[name] = {"count": count, "checksum": loaded.hex,
+                                "equal": count == source.rows and loaded == source}
+            result["verify"] = verify
+        finally:
+            spark.stop()
+    finally:
+        server.stop()
+        say("server stopped")
+    return result
+
+
+def one_round(order, df, server, config, chpart, args):
+    """Both loads in `order` into the (empty) tables, then each table's merge to one part."""
+    figures = {"order": list(order), "variants": {}}
+    for name in order:
+        table = TABLES[name]
+        if name == "chpart":
+            say(f"  (a) chpart_spark.write -> {table} (local transport)")
+            load_id = f"e2e-{time.strftime('%Y%m%dT%H%M%S')}"
+            with Meter(server) as m:
+                summary = chpart_spark.write(df, table=table, load_id=load_id, config=str(config), chpart=str(chpart))
+            extra = {"load_id": load_id, "phases_secs": summary["seconds"], "parts_attached": summary["parts"],
+                     "spark_tasks": summary["spark_partitions"]}
+            loaded = summary["rows"]
+        else:
+            say(f"  (b) Spark tasks POST INSERT ... FORMAT ArrowStream, {args.insert_batch_rows:,} rows per request "
+                f"-> {table}")
+            task = make_insert_task(server.url, table, COLUMNS, args.insert_batch_rows, timeout=300)
+            with Meter(server) as m:
+                out = df.mapInArrow(task, "partition INT, rows LONG, inserts LONG").collect()
+            extra = {"inserts": sum(r.inserts for r in out), "spark_tasks": len(out)}
+            loaded = sum(r.rows for r in out)
+        say(f"      {m.wall:.1f}s, server CPU {m.server_cpu:.2f}s")
+        figures["variants"][name] = variant_figures(m, server, table, loaded, extra)
+        if figures["variants"][name]["table_rows_after_load"] != args.rows:
+            raise BenchError(f"{table} holds {figures['variants'][name]['table_rows_after_load']} rows after the "
+                             f"load, the source has {args.rows}")
+    for name in order:
+        say(f"  merging {TABLES[name]} to one part per partition (OPTIMIZE FINAL)")
+        merge_figures(server, figures["variants"][name])
+    return figures
+
+
+def add_targets(result):
+    a, b = result["variants"]["chpart"], result["variants"]["insert"]
+    speedup = b["wall_secs"] / a["wall_secs"]
+    cpu_ratio = b["server_cpu_secs_per_gb"] / a["server_cpu_secs_per_gb"]
+    cpu_ratio_merge = b["server_cpu_secs_per_gb_with_merge"] / a["server_cpu_secs_per_gb_with_merge"]
+    result["targets"] = {
+        "speedup": {"value": speedup, "target": TARGET_SPEEDUP, "pass": speedup >= TARGET_SPEEDUP,
+                    "meaning": "INSERT variant's wall time / chpart's"},
+        "server_cpu_ratio": {"value": cpu_ratio, "target": TARGET_CPU_RATIO, "pass": cpu_ratio >= TARGET_CPU_RATIO,
+                             "meaning": "INSERT variant's server CPU s per uncompressed GB / chpart's, during the load"},
+        "server_cpu_ratio_with_merge": {"value": cpu_ratio_merge, "target": None, "pass": None,
+                                        "meaning": "the same, adding the CPU to merge each table to one part per "
+                                                   "partition afterwards"},
+    }
+
+
+def print_report(result):
+    p = result["params"]
+    v = result["variants"]
+    rows = [("(a) chpart_spark.write, local transport", v["chpart"]),
+            (f"(b) HTTP INSERT ArrowStream, {p['insert_batch_rows']:,}-row POSTs", v["insert"])]
+    print()
+    print(f"chpart end to end: {p['rows']:,} events, {p['partitions']} Spark partitions, {p['spark_master']}, "
+          f"ClickHouse {result['server_version']}, {result['machine']['cpus']} CPUs, best of {p['repeat']} round(s)")
+    header = (f"{'load':<46}{'wall s':>8}{'rows/s':>11}{'srv CPU s':>11}{'uncompr GB':>11}{'CPU s/GB':>10}"
+              f"{'+merge':>9}{'parts':>7}{'machine CPU s':>15}{'others':>8}")
+    print(header)
+    print("-" * len(header))
+    for label, f in rows:
+        print(f"{label:<46}{f['wall_secs']:>8.1f}{f['rows_per_sec']:>11,.0f}{f['server_cpu_secs']:>11.2f}"
+              f"{f['uncompressed_bytes'] / 1e9:>11.3f}{f['server_cpu_secs_per_gb']:>10.2f}"
+              f"{f['server_cpu_secs_per_gb_with_merge']:>9.2f}{f['parts_after_load']:>7}{f['machine_cpu_secs']:>15.1f}"
+              f"{f['other_processes_cpu_secs']:>8.1f}")
+    s = result["spark_alone"]
+    print(f"{'(s) Spark alone: generate + Arrow to Python':<46}{s['wall_secs']:>8.1f}"
+          f"{s['rows'] / s['wall_secs']:>11,.0f}{s['server_cpu_secs']:>11.2f}{'':>11}{'':>10}{'':>9}{'':>7}"
+          f"{s['machine_cpu_secs']:>15.1f}{s['other_processes_cpu_secs']:>8.1f}")
+    ph = v["chpart"]["phases_secs"]
+    print(f"(a) phases: begin {ph['begin']:.2f}s, Spark job with chpart build {ph['job']:.1f}s, commit "
+          f"{ph['commit']:.2f}s; {v['chpart']['parts_attached']} part(s) attached")
+    print(f"(b) {v['insert']['inserts']} INSERT requests from {v['insert']['spark_tasks']} tasks")
+    for name in ("chpart", "insert"):
+        f = v[name]
+        print(f"({'a' if name == 'chpart' else 'b'}) then OPTIMIZE FINAL: {f['parts_after_load']} -> "
+              f"{f['parts_after_merge']} part(s) in {f['merge_secs']:.1f}s, server CPU {f['merge_server_cpu_secs']:.2f}s")
+    print(f"server idle: {result['server_idle_cpu_per_sec']:.3f} CPU s per s (counted in every figure above)")
+    busy = [f"round {i + 1} {name} ({f['other_processes_cpu_secs']:.1f} CPU s in {f['wall_secs']:.1f} s)"
+            for i, r in enumerate(result["rounds"]) for name, f in r["variants"].items()
+            if f["other_processes_cpu_secs"] > BUSY_CPUS * f["wall_secs"]]
+    if busy:
+        print("NOTE: processes outside the benchmark used the CPUs during " + ", ".join(busy)
+              + ": they competed with the loads; re-run when the machine is quiet")
+    print("rounds (each variant's fastest is shown above): " + "; ".join(
+        f"{i + 1}. {' then '.join(r['order'])}: (a) {r['variants']['chpart']['wall_secs']:.1f}s, "
+        f"(b) {r['variants']['insert']['wall_secs']:.1f}s"
+        for i, r in enumerate(result["rounds"])))
+    print()
+    src = result["source"]
+    print(f"source (Spark)        {src['rows']:>12,} rows  checksum {src['checksum']}")
+    for name, table in TABLES.items():
+        c = result["verify"][name]
+        print(f"{table:<22}{c['count']:>12,} rows  checksum {c['checksum']}  "
+              f"{'identical' if c['equal'] else 'DIFFERENT'}")
+    print()
+    t = result["targets"]
+    mark = lambda ok: "PASS" if ok else "MISS"  # noqa: E731
+    print("targets:")
+    print(f"  chpart at least as fast end to end: (b) wall / (a) wall = {t['speedup']['value']:.2f}x "
+          f"(>= {TARGET_SPEEDUP:.1f}x)  {mark(t['speedup']['pass'])}")
+    print(f"  server CPU per uncompressed GB: (b) / (a) = {t['server_cpu_ratio']['value']:.1f}x "
+          f"(>= {TARGET_CPU_RATIO:.0f}x)  {mark(t['server_cpu_ratio']['pass'])}")
+    print(f"  (adding the merge of each table to one part per partition: "
+          f"{t['server_cpu_ratio_with_merge']['value']:.1f}x)")
+
+
+def draw_chart(result, path):
+    """Two panels: wall time of each load; server CPU per uncompressed GB, during the load (solid,
+    the target's figure) with the merge to one part per partition stacked on top (hatched)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    v, p, t = result["variants"], result["params"], result["targets"]
+    a, b = v["chpart"], v["insert"]
+    labels = ["chpart\n(chpart_spark.write)", f"HTTP INSERT\n(ArrowStream, {p['insert_batch_rows'] // 1000}k-row POSTs)"]
+    colors = ["#2b7bba", "#d9622b"]
+    bold = dict(textcoords="offset points", ha="center", fontsize=10.5, fontweight="bold")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 5.8))
+
+    walls = [a["wall_secs"], b["wall_secs"]]
+    for bar, f in zip(left.bar(labels, walls, color=colors, width=0.55), (a, b)):
+        left.annotate(f"{f['wall_secs']:.1f} s\n{f['rows_per_sec'] / 1000:,.0f}k rows/s",
+                      (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 4), va="bottom", **bold)
+    spark_alone = result["spark_alone"]["wall_secs"]
+    left.axhline(spark_alone, color="#555555", linestyle="--", linewidth=1)
+    left.annotate(f"Spark alone: {spark_alone:.1f} s", (0.5, spark_alone), xytext=(0, 3), textcoords="offset points",
+                  ha="center", va="bottom", fontsize=9, color="#555555", xycoords=("axes fraction", "data"))
+    left.set_ylim(0, max(walls) * 1.25)
+    left.set_ylabel("seconds (lower is better)")
+    left.set_title(f"Wall time of the whole load\nINSERT / chpart = {t['speedup']['value']:.2f}x (target >= 1x)",
+                   fontsize=11)
+
+    load = [a["server_cpu_secs_per_gb"], b["server_cpu_secs_per_gb"]]
+    total = [a["server_cpu_secs_per_gb_with_merge"], b["server_cpu_secs_per_gb_with_merge"]]
+    bars = right.bar(labels, load, color=colors, width=0.55, label="during the load")
+    right.bar(labels, [x - y for x, y in zip(total, load)], bottom=load, color=colors, alpha=0.3, hatch="//",
+              edgecolor="#444444", width=0.55, label="then merging the table to one part per partition (OPTIMIZE FINAL)")
+    for bar, f in zip(bars, (a, b)):
+        x = bar.get_x() + bar.get_width() / 2
+        during = f"{f['server_cpu_secs_per_gb']:.2f} s/GB\nduring the load\n({f['server_cpu_secs']:.2f} CPU s)"
+        # the load's own figure inside its bar when it is tall enough, else just above it on a white box
+        if f["server_cpu_secs_per_gb"] > 0.3 * max(total):
+            right.annotate(during, (x, f["server_cpu_secs_per_gb"] / 2), xytext=(0, 0), va="center", color="white",
+                           **bold)
+        else:
+            right.annotate(during, (x, f["server_cpu_secs_per_gb"]), xytext=(0, 4), va="bottom",
+                           bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="none", alpha=0.9), **bold)
+        right.annotate(f"{f['server_cpu_secs_per_gb_with_merge']:.2f} s/GB with the merge",
+                       (x, f["server_cpu_secs_per_gb_with_merge"]), xytext=(0, 4), va="bottom", textcoords="offset points",
+                       ha="center", fontsize=9.5, color="#333333")
+    right.set_ylim(0, max(total) * 1.3)
+    right.set_ylabel("server CPU s per GB (lower is better)")
+    right.set_title(f"Server CPU per uncompressed GB ({a['uncompressed_bytes'] / 1e9:.2f} GB per table)\n"
+                    f"INSERT / chpart: {t['server_cpu_ratio']['value']:.1f}x during the load (target >= 20x), "
+                    f"{t['server_cpu_ratio_with_merge']['value']:.1f}x with the merge", fontsize=11)
+    right.legend(loc="upper left", fontsize=8.5, frameon=False)
+    for ax in (left, right):
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    fig.suptitle(f"chpart end to end: {p['rows']:,} events, {p['partitions']} Spark partitions, "
+                 f"{p['spark_master']} on {result['machine']['cpus']} CPUs, ClickHouse {result['server_version']}, "
+                 f"best of {p['repeat']} round(s) ({result['date'][:10]})", fontsize=11)
+    others = [f["other_processes_cpu_secs"] for f in (a, b)]
+    fig.text(0.01, 0.01, f"Other processes on the machine used {others[0]:.1f} CPU s during (a) and {others[1]:.1f} "
+             f"during (b) (above {BUSY_CPUS} CPUs on average they compete with the load). "
+             "Details: deploy/spark/bench/README.md", fontsize=8, color="#555555")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def rounded(value):
+    """The result with floats cut to 4 decimals, for a readable JSON file."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--rows", type=int, default=5_000_000, help="events to generate and load")
+    p.add_argument("--partitions", type=int, default=4, help="Spark partitions (= tasks of each load)")
+    p.add_argument("--insert-batch-rows", type=int, default=CONNECTOR_BATCH_ROWS,
+                   help="rows per INSERT request of the HTTP variant")
+    p.add_argument("--repeat", type=int, default=2,
+                   help="rounds of both loads; the order alternates, each variant's fastest round is reported")
+    p.add_argument("--first", default="chpart", choices=sorted(ORDERS), help="which load runs first in round 1")
+    p.add_argument("--chpart", default=str(ROOT / "target" / "release" / "chpart"), help="the chpart binary")
+    p.add_argument("--out-dir", default=str(ROOT / "docs"), help="where e2e-benchmark.json and .png go")
+    p.add_argument("--idle-secs", type=float, default=3, help="how long the idle server's CPU is sampled")
+    p.add_argument("--work-dir", help="where the temp directory is made (default: the system's)")
+    p.add_argument("--keep", action="store_true", help="keep the temp directory (server data, logs)")
+    args = p.parse_args()
+    if args.rows < 1 or args.partitions < 1 or args.repeat < 1 or args.insert_batch_rows < 1:
+        p.error("--rows, --partitions, --repeat and --insert-batch-rows must be at least 1")
+    try:
+        import matplotlib  # noqa: F401  (checked now, not after the run)
+    except ImportError:
+        print(f"e2e: matplotlib is needed for the chart: {sys.executable} -m pip install matplotlib", file=sys.stderr)
+        return 2
+
+    # SIGTERM unwinds like Ctrl-C, so Spark and the server are stopped and the temp dir removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    base = Path(tempfile.mkdtemp(prefix="chpart-e2e-", dir=args.work_dir))
+    started = time.monotonic()
+    try:
+        result = run(args, base)
+    except BenchError as e:
+        print(f"e2e: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if args.keep:
+            say(f"kept {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    result["benchmark_secs"] = time.monotonic() - started
+    add_targets(result)
+    print_report(result)
+
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "e2e-benchmark.json").write_text(json.dumps(rounded(result), indent=1) + "\n")
+    draw_chart(result, out / "e2e-benchmark.png")
+    print(f"\nwrote {out / 'e2e-benchmark.json'} and {out / 'e2e-benchmark.png'} "
+          f"(whole run {result['benchmark_secs']:.0f}s)")
+    if not all(c["equal"] for c in result["verify"].values()):
+        print("e2e: a table does not hold exactly the source rows", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
