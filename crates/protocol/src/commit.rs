@@ -443,9 +443,9 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
             CommitPhase::NeedsPlan => unreachable!("the plan is recorded above"),
             CommitPhase::AttachParts { .. } => {
                 attached_now += attach_parts(env, &spec, &plan, &mut progress).await?;
-                reconcile_attached(env, &spec, &plan).await?;
-                // A concurrent commit may have moved on meanwhile: continue from the ledger.
-                progress = progress_of(&env.ledger.view(&load, crate::KNOWN_KINDS).await?);
+                // Continue from the ledger as reconcile read it: a concurrent commit may have
+                // moved on meanwhile.
+                progress = reconcile_attached(env, &spec, &plan).await?;
             }
             CommitPhase::PublishPartitions { .. } => {
                 publish_partitions(env, &spec, &plan, &mut progress).await?
@@ -660,12 +660,13 @@ async fn attach_batch(
 ///
 /// The table is observed *before* the ledger is read: a concurrent commit records its
 /// `publish:` intent before it moves a partition out of the shadow, so any partition moved
-/// before this observation is excluded by the ledger read after it.
+/// before this observation is excluded by the ledger read after it. Returns the progress that
+/// read shows.
 async fn reconcile_attached(
     env: &CommitEnv<'_>,
     spec: &LoadSpec,
     plan: &CommitPlan,
-) -> Result<(), CommitError> {
+) -> Result<CommitProgress, CommitError> {
     let observed = table_parts(env.ledger.server(), &spec.publish).await?;
     let progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?);
     if plan
@@ -673,7 +674,7 @@ async fn reconcile_attached(
         .iter()
         .any(|p| !progress.attached.contains(&p.name))
     {
-        return Ok(());
+        return Ok(progress);
     }
     match spec.visibility {
         Visibility::Partition => {
@@ -704,7 +705,7 @@ async fn reconcile_attached(
                     .collect(),
                 ..plan.clone()
             };
-            reconcile_rows(&pending, &rows).map_err(|e| CommitError::Rows(Box::new(e)))
+            reconcile_rows(&pending, &rows).map_err(|e| CommitError::Rows(Box::new(e)))?;
         }
         Visibility::Part => {
             let missing = plan
@@ -715,9 +716,9 @@ async fn reconcile_attached(
             if missing > 0 {
                 tracing::info!("{missing} attached part(s) were already merged into others; their rows are checked by hash no more");
             }
-            Ok(())
         }
     }
+    Ok(progress)
 }
 
 /// Moves (append) or swaps in (replace) each partition from the shadow into the target.
