@@ -519,7 +519,8 @@ fn clickhouse_local_missing_or_failing_and_unreachable_ssh() {
     );
 
     // SFTP to a port nobody listens on: retryable, names the host.
-    let port = chpart_testenv::free_port();
+    let closed = chpart_testenv::ClosedPort::new();
+    let port = closed.port;
     let known_hosts = s.dir.path().join("known_hosts");
     std::fs::write(&known_hosts, "").unwrap();
     let mut config = std::fs::read_to_string(&s.config)

@@ -116,13 +116,14 @@ fn begin_exit_codes() {
 
     let out = begin("cli-load-2", &[]).status.code();
     assert_eq!(out, Some(0));
+    let closed = chpart_testenv::ClosedPort::new();
     let err = chpart()
         .args(["begin", "--config"])
         .arg(&config)
         .args(["--table", &table, "--load", "cli-load-3"])
         .env(
             "CHPART_CLICKHOUSE_URL",
-            format!("http://127.0.0.1:{}", chpart_testenv::free_port()),
+            format!("http://127.0.0.1:{}", closed.port),
         )
         .env("CHPART_CLICKHOUSE_REQUEST_TIMEOUT_SECS", "5")
         .output()

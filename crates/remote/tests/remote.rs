@@ -203,7 +203,8 @@ fn missing_known_hosts_file_is_an_error_naming_it() {
 
 #[test]
 fn closed_port_is_a_transient_connect_error() {
-    let port = chpart_testenv::free_port();
+    let closed = chpart_testenv::ClosedPort::new();
+    let port = closed.port;
     let cfg = SftpConfig::new(
         "127.0.0.1",
         port,
@@ -229,8 +230,10 @@ fn closed_port_is_a_transient_connect_error() {
 
 #[test]
 fn silent_server_is_a_transient_handshake_timeout() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
+    // A port from free_port: an ephemeral bind here could take a port another test of this
+    // process was handed and is about to use.
+    let port = chpart_testenv::free_port();
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
     // Accept and hold the connection without ever sending an SSH banner.
     let holder = std::thread::spawn(move || {
         let (conn, _) = listener.accept().unwrap();

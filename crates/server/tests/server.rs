@@ -138,7 +138,8 @@ fn server_errors_carry_code_name_and_statement() {
 
 #[test]
 fn unreachable_server_is_a_transport_error() {
-    let port = chpart_testenv::free_port();
+    let closed = chpart_testenv::ClosedPort::new();
+    let port = closed.port;
     let server = Server::new(&ServerConfig {
         url: format!("http://127.0.0.1:{port}"),
         user: "default".into(),

@@ -72,6 +72,60 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A loopback port that refuses connections for as long as this value lives: the socket is
+/// bound (so neither the OS nor another test can hand the port out) but never listens, so a
+/// connect gets `ECONNREFUSED`. A port that was merely free a moment ago is not enough: a
+/// parallel test may bind it in between.
+pub struct ClosedPort {
+    fd: libc::c_int,
+    pub port: u16,
+}
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        // SAFETY: plain socket calls on a descriptor this value owns; the sockaddr structs are
+        // fully initialised and passed with their exact sizes.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+            addr.sin_port = 0;
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let rc = libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len);
+            assert!(
+                rc == 0,
+                "bind 127.0.0.1:0: {}",
+                std::io::Error::last_os_error()
+            );
+            let mut bound: libc::sockaddr_in = std::mem::zeroed();
+            let mut blen = len;
+            let rc = libc::getsockname(fd, &mut bound as *mut _ as *mut libc::sockaddr, &mut blen);
+            assert!(rc == 0, "getsockname: {}", std::io::Error::last_os_error());
+            ClosedPort {
+                fd,
+                port: u16::from_be(bound.sin_port),
+            }
+        }
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for ClosedPort {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is owned by this value and closed exactly once.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
+}
+
 /// A scratch directory that other users can traverse (servers may run as `clickhouse`).
 pub fn scratch_dir(prefix: &str) -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
