@@ -78,10 +78,12 @@ pub fn free_port() -> u16 {
 /// parallel test may bind it in between.
 pub struct ClosedPort {
     fd: libc::c_int,
+    /// The port, on 127.0.0.1.
     pub port: u16,
 }
 
 impl ClosedPort {
+    /// Binds a fresh ephemeral port on 127.0.0.1 without listening on it.
     pub fn new() -> ClosedPort {
         // SAFETY: plain socket calls on a descriptor this value owns; the sockaddr structs are
         // fully initialised and passed with their exact sizes.
