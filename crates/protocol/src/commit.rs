@@ -29,7 +29,7 @@ use chpart_server::{quote_str, quote_table, ServerError};
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::{kind, LoadSpec, LoadState, LoadView, Mode, Visibility};
-use crate::observe::{crash_point, table_parts, verify_part, Verify, VerifyError};
+use crate::observe::{crash_point, table_parts, verify_part, TableParts, Verify, VerifyError};
 use crate::snapshot::TableSnapshot;
 use crate::store::{Ledger, LedgerStoreError};
 use crate::FailureKind;
@@ -278,40 +278,39 @@ fn summary_of(spec: &LoadSpec, plan: &CommitPlan) -> CommitSummary {
     }
 }
 
-/// The table still has the definition the parts were built for, and no mutation is pending.
-async fn check_table(
+/// Each table still has the definition the parts were built for, and no mutation is pending
+/// (three queries for all of them).
+async fn check_tables(
     env: &CommitEnv<'_>,
     load: &LoadId,
-    table: &TableRef,
-    snapshot: &TableSnapshot,
+    tables: &[(&TableRef, &TableSnapshot)],
 ) -> Result<(), CommitError> {
-    let server = env.ledger.server();
-    let (db, name) = (table.database.as_str(), table.table.as_str());
-    let info = server
-        .table_info(db, name)
-        .await?
-        .ok_or_else(|| CommitError::TableChanged {
+    let names: Vec<(&str, &str)> = tables
+        .iter()
+        .map(|(t, _)| (t.database.as_str(), t.table.as_str()))
+        .collect();
+    let checks = env.ledger.server().check_tables(&names).await?;
+    for ((table, snapshot), check) in tables.iter().zip(checks) {
+        let changed = |now: String| CommitError::TableChanged {
             load: load.clone(),
-            table: table.clone(),
+            table: (*table).clone(),
             was: snapshot.fingerprint.to_string(),
-            now: "(table dropped)".into(),
-        })?;
-    let now = TableSnapshot::from_server(&info, &server.columns(db, name).await?);
-    if now.fingerprint != snapshot.fingerprint {
-        return Err(CommitError::TableChanged {
-            load: load.clone(),
-            table: table.clone(),
-            was: snapshot.fingerprint.to_string(),
-            now: now.fingerprint.to_string(),
-        });
-    }
-    let count = server.pending_mutations(db, name).await?;
-    if count > 0 {
-        return Err(CommitError::PendingMutations {
-            load: load.clone(),
-            table: table.clone(),
-            count,
-        });
+            now,
+        };
+        let info = check
+            .info
+            .ok_or_else(|| changed("(table dropped)".into()))?;
+        let now = TableSnapshot::from_server(&info, &check.columns);
+        if now.fingerprint != snapshot.fingerprint {
+            return Err(changed(now.fingerprint.to_string()));
+        }
+        if check.pending_mutations > 0 {
+            return Err(CommitError::PendingMutations {
+                load: load.clone(),
+                table: (*table).clone(),
+                count: check.pending_mutations,
+            });
+        }
     }
     Ok(())
 }
@@ -405,10 +404,11 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
 
     // Nothing becomes visible unless the tables are as the parts expect and every part still
     // waiting in detached/ is exactly what its manifest says.
-    check_table(env, &load, &spec.publish, &spec.publish_snapshot).await?;
+    let mut tables = vec![(&spec.publish, &spec.publish_snapshot)];
     if spec.publish != spec.target {
-        check_table(env, &load, &spec.target, &spec.target_snapshot).await?;
+        tables.push((&spec.target, &spec.target_snapshot));
     }
+    check_tables(env, &load, &tables).await?;
     let mut progress = progress_of(&view);
     verify_waiting_parts(env, &spec, &winners, &progress, req.verify, &data_path).await?;
 
@@ -438,6 +438,10 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
     };
 
     let mut attached_now = 0;
+    // The shadow as reconcile observed it, for the first publish round.
+    let mut observed_shadow = None;
+    // Facts already true (partitions moved) whose entries go into the commit's own INSERT.
+    let mut unrecorded = Vec::new();
     loop {
         match commit_phase(Some(&plan), &progress) {
             CommitPhase::NeedsPlan => unreachable!("the plan is recorded above"),
@@ -445,23 +449,26 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
                 attached_now += attach_parts(env, &spec, &plan, &mut progress).await?;
                 // Continue from the ledger as reconcile read it: a concurrent commit may have
                 // moved on meanwhile.
-                progress = reconcile_attached(env, &spec, &plan).await?;
+                let (read, observed) = reconcile_attached(env, &spec, &plan).await?;
+                progress = read;
+                observed_shadow = Some(observed);
             }
             CommitPhase::PublishPartitions { .. } => {
-                publish_partitions(env, &spec, &plan, &mut progress).await?
+                unrecorded =
+                    publish_partitions(env, &spec, &plan, &mut progress, observed_shadow.take())
+                        .await?
             }
             CommitPhase::MarkCommitted => {
                 let summary = summary_of(&spec, &plan);
                 crash_point("before-commit");
                 let body = serde_json::to_string(&summary).expect("a summary serializes");
-                env.ledger
-                    .append(
-                        &load,
-                        &CommitEntry::Commit.id(),
-                        kind::LOAD_COMMITTED,
-                        &body,
-                    )
-                    .await?;
+                // One INSERT: the partitions the last round moved, then the commit itself.
+                let mut rows: Vec<(String, &str, String)> = unrecorded
+                    .drain(..)
+                    .map(|e: CommitEntry| (e.id(), kind::PARTITION_PUBLISHED, "{}".to_owned()))
+                    .collect();
+                rows.push((CommitEntry::Commit.id(), kind::LOAD_COMMITTED, body));
+                env.ledger.append_many(&load, &rows).await?;
                 let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
                 if view.state != LoadState::Committed {
                     return Err(CommitError::Aborted(load));
@@ -661,12 +668,12 @@ async fn attach_batch(
 /// The table is observed *before* the ledger is read: a concurrent commit records its
 /// `publish:` intent before it moves a partition out of the shadow, so any partition moved
 /// before this observation is excluded by the ledger read after it. Returns the progress that
-/// read shows.
+/// read shows, and the observation.
 async fn reconcile_attached(
     env: &CommitEnv<'_>,
     spec: &LoadSpec,
     plan: &CommitPlan,
-) -> Result<CommitProgress, CommitError> {
+) -> Result<(CommitProgress, TableParts), CommitError> {
     let observed = table_parts(env.ledger.server(), &spec.publish).await?;
     let progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?);
     if plan
@@ -674,7 +681,7 @@ async fn reconcile_attached(
         .iter()
         .any(|p| !progress.attached.contains(&p.name))
     {
-        return Ok(progress);
+        return Ok((progress, observed));
     }
     match spec.visibility {
         Visibility::Partition => {
@@ -718,21 +725,31 @@ async fn reconcile_attached(
             }
         }
     }
-    Ok(progress)
+    Ok((progress, observed))
 }
 
 /// Moves (append) or swaps in (replace) each partition from the shadow into the target.
+///
+/// `observed` is an observation of the shadow made before `progress` was read from the ledger
+/// (reconcile's), used for the first round instead of observing again. Returns the
+/// `published:` entries of partitions moved by the last round, already in `progress` but not
+/// yet in the ledger: the caller records them with the commit entry (a crash before that
+/// leaves their `publish:` intents, and resume confirms them by observing the shadow).
 async fn publish_partitions(
     env: &CommitEnv<'_>,
     spec: &LoadSpec,
     plan: &CommitPlan,
     progress: &mut CommitProgress,
-) -> Result<(), CommitError> {
+    mut observed: Option<TableParts>,
+) -> Result<Vec<CommitEntry>, CommitError> {
     let server = env.ledger.server();
     let shadow = quote_table(spec.publish.database.as_str(), spec.publish.table.as_str());
     let target = quote_table(spec.target.database.as_str(), spec.target.table.as_str());
     for round in 0..MAX_ROUNDS {
-        let in_shadow = table_parts(server, &spec.publish).await?;
+        let in_shadow = match observed.take() {
+            Some(observed) => observed,
+            None => table_parts(server, &spec.publish).await?,
+        };
         let in_target = match spec.mode {
             Mode::Replace => Some(table_parts(server, &spec.target).await?),
             Mode::Append => None,
@@ -792,6 +809,7 @@ async fn publish_partitions(
             .collect();
         record_many(env, &spec.load, progress, intents, kind::PUBLISH_INTENT).await?;
         let mut moved = Vec::new();
+        let mut unconfirmed = false;
         for (id, is_move, sql) in statements {
             crash_point("before-publish");
             server.execute(&sql).await?;
@@ -801,12 +819,21 @@ async fn publish_partitions(
             // crash-atomic.
             if is_move {
                 moved.push(CommitEntry::Published(id));
+            } else {
+                unconfirmed = true;
             }
         }
-        record_many(env, &spec.load, progress, moved, kind::PARTITION_PUBLISHED).await?;
         if !again {
-            return Ok(());
+            return Ok(Vec::new());
         }
+        if !unconfirmed {
+            // Every partition is published now: no need to observe again.
+            for entry in &moved {
+                progress.record(entry.clone());
+            }
+            return Ok(moved);
+        }
+        record_many(env, &spec.load, progress, moved, kind::PARTITION_PUBLISHED).await?;
         if round + 1 == MAX_ROUNDS {
             break;
         }

@@ -26,35 +26,36 @@ pub struct TableParts {
     pub hashes_by_partition: HashMap<String, Vec<String>>,
 }
 
-/// Reads `system.detached_parts` and `system.parts` of `table`.
+/// Reads `system.detached_parts` and the active `system.parts` of `table` (one query).
 pub async fn table_parts(server: &Server, table: &TableRef) -> Result<TableParts, ServerError> {
     let (db, name) = (table.database.as_str(), table.table.as_str());
     let mut out = TableParts::default();
-    for entry in server.detached_parts(db, name).await? {
-        match chpart_core::parse_detached_entry(&entry.name) {
-            DetachedEntry::Reason {
-                reason: "attaching",
-                inner,
-            } => {
-                out.attaching.insert(inner);
+    for row in server.table_state(db, name).await? {
+        if row.detached {
+            match chpart_core::parse_detached_entry(&row.name) {
+                DetachedEntry::Reason {
+                    reason: "attaching",
+                    inner,
+                } => {
+                    out.attaching.insert(inner);
+                }
+                DetachedEntry::Part(_) if row.reason.is_empty() => {
+                    out.detached.insert(row.name);
+                }
+                _ => {}
             }
-            DetachedEntry::Part(_) if entry.reason.is_none() => {
-                out.detached.insert(entry.name);
-            }
-            _ => {}
+            continue;
         }
-    }
-    for part in server.parts(db, name, true).await? {
         *out.active_hashes
-            .entry(part.hash_of_all_files.clone())
+            .entry(row.hash_of_all_files.clone())
             .or_default() += 1;
         *out.rows_by_partition
-            .entry(part.partition_id.clone())
-            .or_default() += part.rows;
+            .entry(row.partition_id.clone())
+            .or_default() += row.rows;
         out.hashes_by_partition
-            .entry(part.partition_id)
+            .entry(row.partition_id)
             .or_default()
-            .push(part.hash_of_all_files);
+            .push(row.hash_of_all_files);
     }
     for hashes in out.hashes_by_partition.values_mut() {
         hashes.sort();

@@ -138,6 +138,34 @@ pub struct DetachedPartInfo {
     pub bytes_on_disk: u64,
 }
 
+/// One row of [`Server::table_state`]: a `detached/` entry or an active part.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct StateRow {
+    /// Whether this is a `detached/` entry (else an active part).
+    pub detached: bool,
+    /// Directory name (detached) or part name (active).
+    pub name: String,
+    /// Partition id (empty for a detached entry whose name does not parse).
+    pub partition_id: String,
+    /// Reason prefix of a detached entry (`attaching`, `broken`, ...), or empty.
+    pub reason: String,
+    /// Rows of an active part (0 for detached entries).
+    pub rows: u64,
+    /// `hash_of_all_files` of an active part (empty for detached entries).
+    pub hash_of_all_files: String,
+}
+
+/// What [`Server::check_tables`] reports of one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableCheck {
+    /// Its definition, or `None` if it does not exist.
+    pub info: Option<TableInfo>,
+    /// Its columns in order.
+    pub columns: Vec<ColumnInfo>,
+    /// Mutations not done yet.
+    pub pending_mutations: u64,
+}
+
 /// A connection to one ClickHouse server.
 #[derive(Clone)]
 pub struct Server {
@@ -373,6 +401,112 @@ impl Server {
             quote_str(part)
         );
         self.execute(&sql).await
+    }
+
+    /// The table's `detached/` entries and active parts, in one query (one consistent-enough
+    /// observation for the commit's decisions, at the cost of one round trip, not two).
+    pub async fn table_state(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Vec<StateRow>, ServerError> {
+        let sql = "SELECT true AS detached, name, ifNull(partition_id, '') AS partition_id, \
+                   ifNull(reason, '') AS reason, toUInt64(0) AS rows, '' AS hash_of_all_files \
+                   FROM system.detached_parts WHERE database = {db:String} AND table = {t:String} \
+                   UNION ALL \
+                   SELECT false, name, partition_id, '', toUInt64(rows), hash_of_all_files \
+                   FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active";
+        self.fetch(sql, &[("db", database), ("t", table)]).await
+    }
+
+    /// Definition, columns and pending mutations of several tables in three queries (not
+    /// three per table). The result is in the order of `tables`.
+    pub async fn check_tables(
+        &self,
+        tables: &[(&str, &str)],
+    ) -> Result<Vec<TableCheck>, ServerError> {
+        let names: Vec<(String, String)> = (0..tables.len())
+            .map(|i| (format!("d{i}"), format!("t{i}")))
+            .collect();
+        let condition = |table_column: &str| {
+            names
+                .iter()
+                .map(|(d, t)| {
+                    format!("(database = {{{d}:String}} AND {table_column} = {{{t}:String}})")
+                })
+                .collect::<Vec<_>>()
+                .join(" OR ")
+        };
+        let params: Vec<(&str, &str)> = names
+            .iter()
+            .zip(tables)
+            .flat_map(|((d, t), (db, table))| [(d.as_str(), *db), (t.as_str(), *table)])
+            .collect();
+        let infos: Vec<TableInfo> = self
+            .fetch(
+                &format!(
+                    "SELECT database, name, toString(uuid) AS uuid, engine, engine_full, \
+                     create_table_query, partition_key, sorting_key, primary_key, sampling_key, \
+                     storage_policy, data_paths FROM system.tables WHERE {}",
+                    condition("name")
+                ),
+                &params,
+            )
+            .await?;
+        #[derive(Row, Deserialize)]
+        struct TableColumn {
+            database: String,
+            table: String,
+            name: String,
+            #[serde(rename = "type")]
+            type_name: String,
+            default_kind: String,
+            default_expression: String,
+        }
+        let columns: Vec<TableColumn> = self
+            .fetch(
+                &format!(
+                    "SELECT database, table, name, type, default_kind, default_expression \
+                     FROM system.columns WHERE {} ORDER BY database, table, position",
+                    condition("table")
+                ),
+                &params,
+            )
+            .await?;
+        let mutations: Vec<(String, String, u64)> = self
+            .fetch(
+                &format!(
+                    "SELECT database, table, count() FROM system.mutations \
+                     WHERE ({}) AND NOT is_done GROUP BY database, table",
+                    condition("table")
+                ),
+                &params,
+            )
+            .await?;
+        Ok(tables
+            .iter()
+            .map(|(db, table)| {
+                let is = |d: &String, t: &String| d == db && t == table;
+                TableCheck {
+                    info: infos.iter().find(|i| is(&i.database, &i.name)).cloned(),
+                    columns: columns
+                        .iter()
+                        .filter(|c| is(&c.database, &c.table))
+                        .map(|c| ColumnInfo {
+                            name: c.name.clone(),
+                            type_name: c.type_name.clone(),
+                            default_kind: c.default_kind.clone(),
+                            default_expression: c.default_expression.clone(),
+                        })
+                        .collect(),
+                    pending_mutations: mutations
+                        .iter()
+                        .filter(|(d, t, _)| is(d, t))
+                        .map(|(_, _, n)| n)
+                        .sum(),
+                }
+            })
+            .collect())
     }
 
     /// `count()` of the table.

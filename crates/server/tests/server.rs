@@ -114,6 +114,75 @@ fn reads_definitions_parts_and_detached_parts() {
 }
 
 #[test]
+fn table_state_and_check_tables_answer_for_several_tables_at_once() {
+    let ch = shared();
+    let db = TestDb::new(ch, "server_batched");
+    let d = &db.name;
+    for t in ["a", "b"] {
+        ch.q(&format!(
+            "CREATE TABLE `{d}`.{t} (ts DateTime, id UInt64) ENGINE = MergeTree \
+             PARTITION BY toYYYYMM(ts) ORDER BY id"
+        ));
+    }
+    ch.q(&format!(
+        "INSERT INTO `{d}`.a VALUES ('2026-01-05 00:00:00', 1), ('2026-02-05 00:00:00', 2), \
+         ('2026-02-06 00:00:00', 3)"
+    ));
+    // A mutation that cannot run while merges are stopped stays pending.
+    ch.q(&format!("SYSTEM STOP MERGES `{d}`.b"));
+    ch.q(&format!(
+        "INSERT INTO `{d}`.b VALUES ('2026-01-05 00:00:00', 1)"
+    ));
+    ch.q(&format!("ALTER TABLE `{d}`.b DELETE WHERE id = 1 SETTINGS mutations_sync = 0"));
+    let server = client(ch);
+    runtime().block_on(async {
+        let parts = server.parts(d, "a", true).await.unwrap();
+        let jan = parts.iter().find(|p| p.partition_id == "202601").unwrap();
+        server
+            .execute(&format!("ALTER TABLE `{d}`.a DETACH PART '{}'", jan.name))
+            .await
+            .unwrap();
+
+        let mut state = server.table_state(d, "a").await.unwrap();
+        state.sort_by(|x, y| (x.detached, &x.name).cmp(&(y.detached, &y.name)));
+        let seen: Vec<(bool, &str, &str, u64)> = state
+            .iter()
+            .map(|r| {
+                (
+                    r.detached,
+                    r.partition_id.as_str(),
+                    r.reason.as_str(),
+                    r.rows,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [(false, "202602", "", 2), (true, "202601", "", 0)],
+            "{state:?}"
+        );
+        assert_eq!(state[0].hash_of_all_files.len(), 32);
+        assert!(state[1].hash_of_all_files.is_empty());
+
+        let checks = server
+            .check_tables(&[(d, "b"), (d, "missing"), (d, "a")])
+            .await
+            .unwrap();
+        assert_eq!(checks.len(), 3);
+        let (b, missing, a) = (&checks[0], &checks[1], &checks[2]);
+        assert_eq!(b.info.as_ref().unwrap().name, "b");
+        assert_eq!(b.pending_mutations, 1, "{b:?}");
+        assert!(
+            missing.info.is_none() && missing.columns.is_empty(),
+            "{missing:?}"
+        );
+        assert_eq!(a.info, server.table_info(d, "a").await.unwrap());
+        assert_eq!(a.columns, server.columns(d, "a").await.unwrap());
+        assert_eq!(a.pending_mutations, 0);
+    });
+}
+
+#[test]
 fn server_errors_carry_code_name_and_statement() {
     let ch = shared();
     let server = client(ch);
