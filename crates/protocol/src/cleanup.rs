@@ -117,7 +117,10 @@ struct Intent {
     detached: Vec<String>,
 }
 
-/// Attempts found under `<staging>/<load>/`.
+/// Prefix of an attempt's staging directory that gc has taken away from its writer.
+const TAKEN_PREFIX: &str = ".gc.";
+
+/// Attempts found under `<staging>/<load>/` (including directories an interrupted gc took).
 pub fn staged_attempts(
     fs: &dyn RemoteFs,
     staging: &StagingLayout,
@@ -130,6 +133,9 @@ pub fn staged_attempts(
         Err(e) => return Err(remote(format!("list {dir}"))(e)),
     };
     let mut out = Vec::new();
+    // By name: an earlier gc's taken-away directories (".gc.<attempt>") come first.
+    let mut entries = entries;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
     for entry in entries {
         let attempt_dir = format!("{}/{}", dir.as_str(), entry.name);
         out.push(StagedAttempt {
@@ -192,17 +198,31 @@ pub async fn clean_finished_load(
             removed.extend(drop_listed_parts(server, &spec.publish, attempt, dry_run).await?);
         }
     }
+    let load_dir = staging.load_dir(&spec.load);
     for attempt in &attempts {
-        let dir = format!(
-            "{}/{}",
-            staging.load_dir(&spec.load).as_str(),
-            attempt.attempt
-        );
-        if spec.publish == spec.target && !dry_run {
-            // Read the intent again: a late writer may have renamed a part since the first pass.
+        let dir = format!("{}/{}", load_dir.as_str(), attempt.attempt);
+        if dry_run {
+            removed.push(Removal::Staging { path: dir });
+            continue;
+        }
+        // Take the directory away from a writer that may still be running (it passed the
+        // fence before the load finished): once it is renamed, no part can go from it into
+        // detached/ any more, and the publish intent inside lists every part that already went
+        // (a writer writes its intent before its first rename).
+        let taken = if attempt.attempt.starts_with(TAKEN_PREFIX) {
+            dir.clone() // an earlier gc took it and stopped before removing it
+        } else {
+            let taken = format!("{}/{TAKEN_PREFIX}{}", load_dir.as_str(), attempt.attempt);
+            match tokio::task::block_in_place(|| fs.rename_noreplace(&dir, &taken)) {
+                Ok(()) => taken,
+                Err(RemoteError::NotFound { .. }) => continue, // removed meanwhile
+                Err(e) => return Err(remote(format!("rename {dir} to {taken}"))(e)),
+            }
+        };
+        if spec.publish == spec.target {
             let again = StagedAttempt {
                 parts: tokio::task::block_in_place(|| {
-                    read_intent(fs, &format!("{dir}/publish-intent.json"))
+                    read_intent(fs, &format!("{taken}/publish-intent.json"))
                 })?,
                 ..attempt.clone()
             };
@@ -212,14 +232,11 @@ pub async fn clean_finished_load(
                 }
             }
         }
-        if !dry_run {
-            tokio::task::block_in_place(|| fs.remove_all(&dir))
-                .map_err(remote(format!("remove {dir}")))?;
-        }
+        tokio::task::block_in_place(|| fs.remove_all(&taken))
+            .map_err(remote(format!("remove {taken}")))?;
         removed.push(Removal::Staging { path: dir });
     }
     if !dry_run {
-        let load_dir = staging.load_dir(&spec.load);
         tokio::task::block_in_place(|| fs.remove_all(load_dir.as_str()))
             .map_err(remote(format!("remove {load_dir}")))?;
     }
