@@ -133,7 +133,9 @@ fn table_state_and_check_tables_answer_for_several_tables_at_once() {
     ch.q(&format!(
         "INSERT INTO `{d}`.b VALUES ('2026-01-05 00:00:00', 1)"
     ));
-    ch.q(&format!("ALTER TABLE `{d}`.b DELETE WHERE id = 1 SETTINGS mutations_sync = 0"));
+    ch.q(&format!(
+        "ALTER TABLE `{d}`.b DELETE WHERE id = 1 SETTINGS mutations_sync = 0"
+    ));
     let server = client(ch);
     runtime().block_on(async {
         let parts = server.parts(d, "a", true).await.unwrap();
