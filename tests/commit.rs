@@ -252,12 +252,14 @@ fn a_commit_killed_at_any_step_resumes_exactly_once() {
     let points: &[(&str, &[&str])] = &[
         ("after-plan", &[]),
         ("before-attach:1", &[]),
+        ("after-decision", &[]),
         ("after-attach:1", &[]),
         ("after-attach:3", &[]),
         ("before-publish:1", &[]),
         ("after-publish:1", &[]),
         ("after-publish:2", &[]),
         ("before-commit", &[]),
+        ("after-decision", &["--visibility", "part"]),
         ("before-attach:2", &["--visibility", "part"]),
         ("after-attach:2", &["--visibility", "part"]),
         ("before-commit", &["--visibility", "part"]),
@@ -324,6 +326,107 @@ fn two_concurrent_commits_attach_each_part_once() {
             expected_fingerprint(ch, &[0, 1, 2]),
             "{begin:?}"
         );
+    }
+}
+
+/// The load's state as `chpart status --json` reports it.
+fn state_of(s: &Setup, load: &str) -> String {
+    let out = chpart()
+        .args(["status", "--config"])
+        .arg(&s.config)
+        .args(["--load", load, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    status[0]["state"].as_str().unwrap().to_owned()
+}
+
+fn abort(s: &Setup, load: &str) -> Output {
+    chpart()
+        .args(["abort", "--config"])
+        .arg(&s.config)
+        .args(["--load", load])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn commit_and_abort_settle_each_load_one_way() {
+    let ch = shared();
+    for (i, begin) in [&[][..], &["--visibility", "part"][..]].iter().enumerate() {
+        let s = Setup::new(ch, &format!("commit_abort_{i}"));
+        let all = expected_fingerprint(ch, &[0, 1]);
+        let none = ch.q(&fingerprint_sql(&s.table));
+
+        // A commit that claimed the load and was killed before its first visible step: abort
+        // refuses (the commit may be making rows visible), and the commit finishes on re-run.
+        let load = format!("ca-{i}-claimed");
+        let built = build_load(&s, &load, begin, 2, &["app-a"]);
+        let file = winners_file(&s, &format!("{load}.jsonl"), &[&built[0][0], &built[1][0]]);
+        let out = commit(&s, &load, &file, &[], Some("after-decision"));
+        assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+        let refused = abort(&s, &load);
+        assert_ne!(refused.status.code(), Some(0), "{}", text(&refused));
+        assert!(
+            text(&refused).contains("commit"),
+            "abort names the commit in progress: {}",
+            text(&refused)
+        );
+        let out = commit(&s, &load, &file, &[], None);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        assert_eq!(ch.q(&fingerprint_sql(&s.table)), all, "{begin:?}");
+        assert_eq!(state_of(&s, &load), "committed");
+        ch.q(&format!("TRUNCATE TABLE {}", s.table));
+
+        // An abort first: the commit fails before anything becomes visible.
+        let load = format!("ca-{i}-aborted");
+        let built = build_load(&s, &load, begin, 2, &["app-a"]);
+        let file = winners_file(&s, &format!("{load}.jsonl"), &[&built[0][0], &built[1][0]]);
+        let out = abort(&s, &load);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let out = commit(&s, &load, &file, &[], None);
+        assert_eq!(out.status.code(), Some(5), "{}", text(&out));
+        assert_eq!(ch.q(&fingerprint_sql(&s.table)), none, "{begin:?}");
+
+        // Racing: each load ends committed with all its rows or aborted with none, and both
+        // processes agree on which.
+        for round in 0..4 {
+            let load = format!("ca-{i}-race-{round}");
+            let built = build_load(&s, &load, begin, 2, &["app-a"]);
+            let file = winners_file(&s, &format!("{load}.jsonl"), &[&built[0][0], &built[1][0]]);
+            let mut committer = chpart();
+            committer
+                .args(["commit", "--config"])
+                .arg(&s.config)
+                .args(["--load", &load, "--winners"])
+                .arg(&file)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let committer = committer.spawn().unwrap();
+            let aborted = abort(&s, &load);
+            let committed = committer.wait_with_output().unwrap();
+            let state = state_of(&s, &load);
+            let seen = ch.q(&fingerprint_sql(&s.table));
+            match state.as_str() {
+                "committed" => {
+                    assert_eq!(committed.status.code(), Some(0), "{}", text(&committed));
+                    assert_ne!(aborted.status.code(), Some(0), "{}", text(&aborted));
+                    assert_eq!(seen, all, "{load}: committed with every row");
+                }
+                "aborted" => {
+                    assert_ne!(committed.status.code(), Some(0), "{}", text(&committed));
+                    assert_eq!(aborted.status.code(), Some(0), "{}", text(&aborted));
+                    assert_eq!(seen, none, "{load}: aborted with no row visible");
+                }
+                other => panic!(
+                    "{load} ended {other}: commit {} / abort {}",
+                    text(&committed),
+                    text(&aborted)
+                ),
+            }
+            ch.q(&format!("TRUNCATE TABLE {}", s.table));
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use chpart_remote::{RemoteError, RemoteFs};
 use chpart_server::{quote_table, Server, ServerError};
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::{kind, replay, LoadSpec, LoadState, LoadView};
+use crate::ledger::{kind, replay, Decision, LoadSpec, LoadState, LoadView};
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
 use crate::FailureKind;
 
@@ -292,26 +292,31 @@ pub async fn abort(
         }
         _ => {}
     }
+    // Claim the load: a commit that claimed it first may be making rows visible right now.
+    ledger.decide(load, Decision::Abort).await?;
+    let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+    match (&view.state, view.decision) {
+        (LoadState::Committed, _) => return Err(CleanupError::Committed(load.clone())),
+        (_, Some(Decision::Commit)) => return Err(CleanupError::CommitInProgress(load.clone())),
+        _ => {}
+    }
     let body = serde_json::json!({ "aborted_at_unix_ms": now_unix_ms() }).to_string();
     ledger
         .append(load, "abort", kind::LOAD_ABORTED, &body)
         .await?;
-    let view = ledger.view(load, crate::KNOWN_KINDS).await?;
-    match view.state {
-        LoadState::Committed => return Err(CleanupError::Committed(load.clone())),
-        // A commit announced a visible step before our abort entry: the abort does not count.
-        LoadState::Open => return Err(CleanupError::CommitInProgress(load.clone())),
-        _ => {}
-    }
     match &view.spec {
         Some(spec) => clean_finished_load(ledger.server(), fs, staging, spec, false).await,
         None => Ok(Vec::new()),
     }
 }
 
-/// Whether a commit of this open load may already have made rows visible: with part visibility
+/// Whether a commit of this open load may already be making rows visible: it claimed the load,
+/// or (ledgers without decisions) with part visibility
 /// once any ATTACH was intended, with partition visibility once any partition publish was.
 fn commit_made_rows_visible(view: &LoadView) -> bool {
+    if view.decision == Some(Decision::Commit) {
+        return true;
+    }
     let progress = CommitProgress::from_entry_ids(view.entries.iter().map(|e| e.entry_id.as_str()))
         .unwrap_or_default();
     match view.spec.as_ref().map(|s| s.visibility) {

@@ -28,7 +28,7 @@ use chpart_remote::RemoteFs;
 use chpart_server::{quote_str, quote_table, ServerError};
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::{kind, LoadSpec, LoadState, LoadView, Mode, Visibility};
+use crate::ledger::{kind, Decision, LoadSpec, LoadState, LoadView, Mode, Visibility};
 use crate::observe::{crash_point, table_parts, verify_part, TableParts, Verify, VerifyError};
 use crate::snapshot::TableSnapshot;
 use crate::store::{Ledger, LedgerStoreError};
@@ -315,6 +315,20 @@ async fn check_tables(
     Ok(())
 }
 
+/// Claims the load for this commit (see [`crate::ledger`]): fails with `Aborted` if an abort
+/// claimed it first; then no abort can remove anything of it any more.
+async fn decide_commit(env: &CommitEnv<'_>, load: &LoadId) -> Result<(), CommitError> {
+    env.ledger.decide(load, Decision::Commit).await?;
+    let view = env.ledger.view(load, crate::KNOWN_KINDS).await?;
+    match view.decision {
+        Some(Decision::Commit) => {
+            crash_point("after-decision");
+            Ok(())
+        }
+        _ => Err(CommitError::Aborted(load.clone())),
+    }
+}
+
 /// Records several entries of one kind in one ledger INSERT (all or none).
 async fn record_many(
     env: &CommitEnv<'_>,
@@ -437,6 +451,14 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         }
     };
 
+    // Nothing becomes visible before this commit has won the load's decision: with part
+    // visibility the first ATTACH is visible, with partition visibility the first MOVE.
+    let mut decided = view.decision == Some(Decision::Commit);
+    if spec.visibility == Visibility::Part && !decided {
+        decide_commit(env, &load).await?;
+        decided = true;
+    }
+
     let mut attached_now = 0;
     // The shadow as reconcile observed it, for the first publish round.
     let mut observed_shadow = None;
@@ -454,6 +476,10 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
                 observed_shadow = Some(observed);
             }
             CommitPhase::PublishPartitions { .. } => {
+                if !decided {
+                    decide_commit(env, &load).await?;
+                    decided = true;
+                }
                 unrecorded =
                     publish_partitions(env, &spec, &plan, &mut progress, observed_shadow.take())
                         .await?

@@ -11,6 +11,13 @@
 //! retried insert, or two drivers recording the same fact, change nothing. Two *different*
 //! terminal facts (a commit and an abort) can both be written by racing processes; the first
 //! one written wins and the other is reported as a conflict by whoever wrote it.
+//!
+//! Whether a load ends committed or aborted is settled before anything becomes visible, by a
+//! **decision** entry that `commit` (before its first visible step) and `abort` (before removing
+//! anything) both try to write with the same `insert_deduplication_token`: the server keeps
+//! exactly one of them, the first to reach the table, and each writer reads back which one that
+//! was. Write times decide nothing here: an INSERT's timestamp is taken when it starts, not when
+//! it becomes visible, so "the earlier entry" is not what a racing reader saw.
 
 use std::collections::HashSet;
 
@@ -94,6 +101,30 @@ pub mod kind {
     pub const PUBLISH_INTENT: &str = "publish_intent";
     /// A partition is in the target.
     pub const PARTITION_PUBLISHED: &str = "partition_published";
+    /// The load's outcome is settled; body: [`super::DecisionBody`]. Entry id `decision`,
+    /// written with a deduplication token so that the server keeps only the first.
+    pub const DECIDED: &str = "decided";
+}
+
+/// Entry id of the decision.
+pub const DECISION_ENTRY: &str = "decision";
+
+/// How a load ends, settled once by the first `decision` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// A commit claimed the load: it may make rows visible; abort must not remove anything.
+    Commit,
+    /// An abort claimed the load: no commit may make anything visible.
+    Abort,
+}
+
+/// Body of a `decided` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBody {
+    /// The outcome.
+    pub decision: Decision,
 }
 
 /// A load's state, derived from its entries.
@@ -128,6 +159,8 @@ pub struct LoadView {
     pub state: LoadState,
     /// The spec recorded by `begin`, if it was.
     pub spec: Option<LoadSpec>,
+    /// The decision, once a commit or an abort claimed the load.
+    pub decision: Option<Decision>,
     /// Entries after de-duplication, in write order.
     pub entries: Vec<Entry>,
 }
@@ -160,8 +193,9 @@ pub enum LedgerError {
 }
 
 /// Derives a load's state from its entries (any order; sorted here by write time, then id).
-/// The first entry of each `entry_id` counts; the first terminal entry (commit or abort) fixes
-/// the state. Entries of kinds this function does not interpret but later steps write (plans,
+/// The first entry of each `entry_id` counts. A decision fixes the outcome: `abort` makes the
+/// load aborted, `commit` lets only a commit entry end it. Without a decision (ledgers written
+/// before decisions existed, and loads never claimed), the first terminal entry fixes it. Entries of kinds this function does not interpret but later steps write (plans,
 /// attach outcomes) are kept in `entries` for those steps.
 pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView, LedgerError> {
     entries.sort_by(|a, b| (a.written_at_ms, &a.entry_id).cmp(&(b.written_at_ms, &b.entry_id)));
@@ -169,6 +203,19 @@ pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView,
     entries.retain(|e| seen.insert(e.entry_id.clone()));
     let mut state = LoadState::Unknown;
     let mut spec = None;
+    let mut decision = None;
+    for e in &entries {
+        if e.kind == kind::DECIDED && decision.is_none() {
+            let body: DecisionBody =
+                serde_json::from_str(&e.body).map_err(|err| LedgerError::BadEntry {
+                    load: e.load_id.clone(),
+                    entry_id: e.entry_id.clone(),
+                    kind: e.kind.clone(),
+                    message: err.to_string(),
+                })?;
+            decision = Some(body.decision);
+        }
+    }
     for e in &entries {
         match e.kind.as_str() {
             kind::LOAD_OPENED => {
@@ -186,13 +233,19 @@ pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView,
                     state = LoadState::Open;
                 }
             }
-            kind::LOAD_COMMITTED if matches!(state, LoadState::Open | LoadState::Unknown) => {
+            kind::LOAD_COMMITTED
+                if matches!(state, LoadState::Open | LoadState::Unknown)
+                    && decision != Some(Decision::Abort) =>
+            {
                 state = LoadState::Committed
             }
-            kind::LOAD_ABORTED if matches!(state, LoadState::Open | LoadState::Unknown) => {
+            kind::LOAD_ABORTED
+                if matches!(state, LoadState::Open | LoadState::Unknown)
+                    && decision != Some(Decision::Commit) =>
+            {
                 state = LoadState::Aborted
             }
-            kind::LOAD_COMMITTED | kind::LOAD_ABORTED => {}
+            kind::LOAD_COMMITTED | kind::LOAD_ABORTED | kind::DECIDED => {}
             other if known_kinds.contains(&other) => {}
             other => {
                 return Err(LedgerError::UnknownKind {
@@ -203,9 +256,13 @@ pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView,
             }
         }
     }
+    if decision == Some(Decision::Abort) {
+        state = LoadState::Aborted;
+    }
     Ok(LoadView {
         state,
         spec,
+        decision,
         entries,
     })
 }
@@ -231,6 +288,14 @@ mod tests {
         let opened = |at| entry("open", kind::LOAD_OPENED, at, &spec);
         let committed = |at| entry("commit", kind::LOAD_COMMITTED, at, "{}");
         let aborted = |at| entry("abort", kind::LOAD_ABORTED, at, "{}");
+        let decided = |at, d: &str| {
+            entry(
+                DECISION_ENTRY,
+                kind::DECIDED,
+                at,
+                &format!("{{\"decision\":\"{d}\"}}"),
+            )
+        };
         let rows: Vec<(&str, Vec<Entry>, LoadState)> = vec![
             ("nothing written", vec![], LoadState::Unknown),
             ("begun", vec![opened(1)], LoadState::Open),
@@ -264,6 +329,41 @@ mod tests {
                 "abort of a never-begun load fences it",
                 vec![aborted(3)],
                 LoadState::Aborted,
+            ),
+            (
+                "decided commit, not finished: open",
+                vec![opened(1), decided(4, "commit")],
+                LoadState::Open,
+            ),
+            (
+                "decided commit, then committed",
+                vec![opened(1), decided(4, "commit"), committed(9)],
+                LoadState::Committed,
+            ),
+            (
+                "decided abort: aborted before its abort entry is written",
+                vec![opened(1), decided(4, "abort")],
+                LoadState::Aborted,
+            ),
+            (
+                "an abort entry written after a commit decision does not count",
+                vec![opened(1), aborted(3), decided(4, "commit")],
+                LoadState::Open,
+            ),
+            (
+                "a commit entry never overrides an abort decision",
+                vec![opened(1), committed(3), decided(4, "abort")],
+                LoadState::Aborted,
+            ),
+            (
+                "two decision rows (deduplication window exceeded): the first counts",
+                vec![
+                    opened(1),
+                    decided(4, "commit"),
+                    decided(5, "abort"),
+                    committed(9),
+                ],
+                LoadState::Committed,
             ),
         ];
         for (name, entries, want) in rows {

@@ -8,7 +8,14 @@ use chpart_server::{quote_ident, quote_str, Server, ServerError};
 use clickhouse::Row;
 use serde::Deserialize;
 
-use crate::ledger::{replay, Entry, LedgerError, LoadView, LEDGER_TABLE};
+use crate::ledger::{
+    kind, replay, Decision, DecisionBody, Entry, LedgerError, LoadView, DECISION_ENTRY,
+    LEDGER_TABLE,
+};
+
+/// Inserts into the ledger the server remembers for deduplication. Two decisions of one load
+/// race within seconds; this many other ledger INSERTs in between is far beyond that.
+pub const DEDUPLICATION_WINDOW: u64 = 10_000;
 
 /// The ledger of one ClickHouse server, in `database`.
 #[derive(Debug, Clone)]
@@ -115,10 +122,51 @@ impl Ledger {
                load_id String, entry_id String, kind LowCardinality(String), \
                written_at DateTime64(3, 'UTC') DEFAULT now64(3), writer String, body String CODEC(ZSTD(3))\
              ) ENGINE = MergeTree ORDER BY (load_id, written_at, entry_id) \
-             SETTINGS fsync_after_insert = 1, fsync_part_directory = 1",
+             SETTINGS fsync_after_insert = 1, fsync_part_directory = 1, \
+             non_replicated_deduplication_window = {DEDUPLICATION_WINDOW}",
             self.table()
         );
-        self.server.execute(&ddl).await.map_err(|e| self.err(e))
+        self.server.execute(&ddl).await.map_err(|e| self.err(e))?;
+        // A ledger made before decisions existed: add the deduplication they rely on.
+        let (db, table) = (self.database.as_str(), crate::ledger::LEDGER_TABLE);
+        let info = self
+            .server
+            .table_info(db, table)
+            .await
+            .map_err(|e| self.err(e))?;
+        if info.is_some_and(|i| {
+            !i.engine_full
+                .contains("non_replicated_deduplication_window")
+        }) {
+            self.server
+                .execute(&format!(
+                    "ALTER TABLE {} MODIFY SETTING non_replicated_deduplication_window = {DEDUPLICATION_WINDOW}",
+                    self.table()
+                ))
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// Tries to settle how `load` ends. Every commit and abort of the load sends the same
+    /// deduplication token, so the server keeps only the first decision to reach the table
+    /// (within the last [`DEDUPLICATION_WINDOW`] inserts); read the view afterwards to learn
+    /// which one that was. Idempotent.
+    pub async fn decide(&self, load: &LoadId, decision: Decision) -> Result<(), LedgerStoreError> {
+        let body = serde_json::to_string(&DecisionBody { decision }).expect("serializes");
+        let sql = format!(
+            "INSERT INTO {} (load_id, entry_id, kind, writer, body) \
+             SETTINGS insert_deduplicate = 1, insert_deduplication_token = {} VALUES ({}, {}, {}, {}, {})",
+            self.table(),
+            quote_str(&format!("chpart-decision:{}", load.as_str())),
+            quote_str(load.as_str()),
+            quote_str(DECISION_ENTRY),
+            quote_str(kind::DECIDED),
+            quote_str(&self.writer),
+            quote_str(&body)
+        );
+        self.server.execute(&sql).await.map_err(|e| self.err(e))
     }
 
     /// Appends one entry (idempotent by `entry_id`: replay keeps the first).
