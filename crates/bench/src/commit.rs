@@ -338,7 +338,15 @@ struct CpuResults {
     chpart_parts: usize,
     /// Server CPU seconds per second while nothing ran.
     idle_rate: f64,
+    /// Mean server CPU seconds of a commit of a [`SMALL_ROWS`]-row load: what every commit
+    /// costs whatever its size.
+    fixed_commit_cpu: f64,
 }
+
+/// Rows of the small loads that measure a commit's fixed cost.
+const SMALL_ROWS: u64 = 1000;
+/// How many small loads are committed (the server's CPU clock ticks at 10 ms).
+const SMALL_LOADS: u32 = 5;
 
 /// Everything the report prints.
 #[derive(Clone, Debug, Default)]
@@ -956,6 +964,51 @@ impl Bench<'_> {
         let before = mark()?;
         self.wait_quiet()?;
         let settle = step(before, uncompressed)?;
+
+        // (c) What a commit costs whatever its size: commits of tiny loads, same steps.
+        let small = generate(&GenOptions {
+            rows: SMALL_ROWS,
+            out: self.root.join("inputs").join("small.parquet"),
+            files: 1,
+            seed: self.options.seed,
+            hour_start_secs: self.options.hour_start_secs,
+        })?
+        .paths[0]
+            .clone();
+        let mut fixed = 0.0;
+        for k in 0..SMALL_LOADS {
+            let name = format!("cpu_small_{k}");
+            let table = format!("{DATABASE}.{name}");
+            sql(server, &events::ddl(&table))?;
+            self.stop_merges(&table)?;
+            let (load, shadow, _) = self.begin(&table, variant)?;
+            let (_, manifest) = self.chpart.build(
+                &self.configs.local,
+                &load,
+                0,
+                "bench.0",
+                std::slice::from_ref(&small),
+                false,
+            )?;
+            let winners = self.root.join(format!("winners-{name}.jsonl"));
+            fs::write(&winners, format!("{}\n", manifest.line))?;
+            let run = self.commit(
+                &Prepared {
+                    variant,
+                    table,
+                    load,
+                    shadow,
+                    winners,
+                    builds: 1,
+                    parts: manifest.parts,
+                    rows: SMALL_ROWS,
+                },
+                false,
+            )?;
+            fixed += run
+                .server_cpu
+                .context("the server's CPU time is not readable")?;
+        }
         Ok(CpuResults {
             rows,
             input: gen.summary(),
@@ -972,6 +1025,7 @@ impl Bench<'_> {
             settle,
             chpart_parts: manifest.parts,
             idle_rate,
+            fixed_commit_cpu: fixed / f64::from(SMALL_LOADS),
         })
     }
 
@@ -1298,6 +1352,23 @@ fn report(results: &Results) -> String {
             uncompressed: cpu.commit.uncompressed,
         };
         row(w, "    chpart, all of the above", &total);
+        // commit = fixed + marginal * GB: the load size from which commit <= INSERT / target.
+        let gb = cpu.commit.uncompressed as f64 / 1e9;
+        let marginal = ((cpu.commit.server_cpu - cpu.fixed_commit_cpu) / gb).max(0.0);
+        let allowed = insert_per_gb / CPU_RATIO_TARGET;
+        let _ = writeln!(
+            w,
+            "(c) a commit's fixed cost (mean of {SMALL_LOADS} commits of {SMALL_ROWS}-row loads): \
+             {:.3} CPU s; beyond it {:.4} CPU s/GB; so commit <= 1/{CPU_RATIO_TARGET:.0} of \
+             INSERT from {} per load",
+            cpu.fixed_commit_cpu,
+            marginal,
+            if marginal < allowed {
+                format!("{:.2} GB", cpu.fixed_commit_cpu / (allowed - marginal))
+            } else {
+                "no load size".to_owned()
+            }
+        );
         let _ = writeln!(
             w,
             "server background while idle: {:.4} CPU s per s (over {} s), included in every row",
@@ -1586,6 +1657,7 @@ mod tests {
                 settle: cpu_row(0.01),
                 chpart_parts: 5,
                 idle_rate: 0.005,
+                fixed_commit_cpu: 0.015,
             }),
         };
         let text = report(&results);
@@ -1597,6 +1669,9 @@ mod tests {
             "100 parts, --visibility part (ATTACH PART into the target), SFTP: 0.600 s  PASS",
             "100 parts, --visibility partition (shadow + MOVE PARTITION), SFTP: 1.400 s  MISS",
             "0.0400 vs 8.000 CPU s/GB = 1/200  PASS",
+            // (0.02 - 0.015) / 0.5 GB = 0.01 beyond; 0.015 / (8.0 / 100 - 0.01) = 0.21 GB.
+            "1000-row loads): 0.015 CPU s; beyond it 0.0100 CPU s/GB; so commit <= 1/100 of \
+             INSERT from 0.21 GB per load",
             ": 10 builds (Spark partitions) x 100 partitions",
         ] {
             assert!(text.contains(expected), "{expected:?} not in:\n{text}");

@@ -495,9 +495,13 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
                     .collect();
                 rows.push((CommitEntry::Commit.id(), kind::LOAD_COMMITTED, body));
                 env.ledger.append_many(&load, &rows).await?;
-                let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
-                if view.state != LoadState::Committed {
-                    return Err(CommitError::Aborted(load));
+                // Once this commit won the decision no abort can end the load; a ledger
+                // without decisions is read back to see which terminal entry came first.
+                if !decided {
+                    let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
+                    if view.state != LoadState::Committed {
+                        return Err(CommitError::Aborted(load));
+                    }
                 }
                 return Ok(CommitOutcome {
                     summary,

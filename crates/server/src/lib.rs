@@ -223,7 +223,14 @@ impl Server {
         statement: &str,
         fut: impl std::future::Future<Output = clickhouse::error::Result<T>>,
     ) -> Result<T, ServerError> {
-        match tokio::time::timeout(self.timeout, fut).await {
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(self.timeout, fut).await;
+        tracing::debug!(
+            "{:.1} ms: {}",
+            started.elapsed().as_secs_f64() * 1e3,
+            short(statement)
+        );
+        match result {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(self.translate(statement, e)),
             Err(_) => Err(ServerError::Transport {
