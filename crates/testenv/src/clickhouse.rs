@@ -16,6 +16,8 @@ use crate::{deploy_script, free_port, log_tail, require_engine, scratch_dir, wai
 
 /// How long a server may take to answer `/ping` (the engine loads in about a second; CI is slow).
 const START_TIMEOUT: Duration = Duration::from_secs(90);
+/// Starts tried before a server that exits at once (a port taken meanwhile) fails the test.
+const START_ATTEMPTS: u32 = 3;
 
 /// A running ClickHouse server on 127.0.0.1, stopped on drop.
 pub struct ClickHouse {
@@ -47,6 +49,24 @@ impl ClickHouse {
     /// Starts a server on existing directories (e.g. to restart on the same data).
     pub fn start_in(data_dir: &Path, run_dir: &Path, user: Option<&str>) -> ClickHouse {
         require_engine();
+        // The ports were free a moment ago; another process may take one before the server
+        // binds it, and then the server exits at once: try again on other ports.
+        for _ in 1..START_ATTEMPTS {
+            if let Some(server) = ClickHouse::try_start(data_dir, run_dir, user, false) {
+                return server;
+            }
+        }
+        ClickHouse::try_start(data_dir, run_dir, user, true).expect("the last attempt panics")
+    }
+
+    /// One start on fresh ports. `None` if the server exited before answering (unless
+    /// `last`, which panics with the server's log instead).
+    fn try_start(
+        data_dir: &Path,
+        run_dir: &Path,
+        user: Option<&str>,
+        last: bool,
+    ) -> Option<ClickHouse> {
         let (http_port, tcp_port) = (free_port(), free_port());
         std::fs::create_dir_all(run_dir).expect("create run dir");
         let log = run_dir.join("server.log");
@@ -88,6 +108,7 @@ impl ClickHouse {
         });
         if !up || !server.ping() {
             let how = match server.child.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(Some(_))) if !last => return None,
                 Some(Ok(Some(status))) => format!("exited ({status}) before answering /ping"),
                 _ => format!("did not answer /ping within {START_TIMEOUT:?}"),
             };
@@ -98,7 +119,7 @@ impl ClickHouse {
                 log_tail(&log, 30)
             );
         }
-        server
+        Some(server)
     }
 
     /// The server's HTTP endpoint, e.g. `http://127.0.0.1:8123`.
