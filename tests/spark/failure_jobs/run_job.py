@@ -54,6 +54,17 @@ def running_tasks(spark):
     return sum(info.numRunningTasks() for info in infos)
 
 
+def task_ended(spark, stage, task_id):
+    """Whether Spark's status store has the end of task attempt `task_id` of `stage` (stage
+    attempt 0)."""
+    tasks = spark.sparkContext._jsc.sc().statusStore().taskList(stage, 0, 100_000)
+    for i in range(tasks.size()):
+        task = tasks.apply(i)
+        if task.taskId() == task_id:
+            return task.status() != "RUNNING"
+    return False
+
+
 def wait_for_executors(spark, count):
     tracker = spark.sparkContext._jsc.sc().statusTracker()
     wait_for(lambda: len(tracker.getExecutorInfos()) > count, WAIT, f"{count} executors (and the driver) to register")
@@ -192,8 +203,15 @@ def scenario_speculation(args, spark, df, ctrl, result):
                                            chpart=args.probe, extra_env=args.probe_env,
                                            _after_build=faults.straggle_until_speculated(0, ctrl, WAIT))
     mark(result, "write")
-    # The killed straggler's end must be in the event log.
-    wait_for(lambda: running_tasks(spark) == 0, WAIT, "the straggler to be killed")
+    # The killed straggler's end must be in the event log: wait until Spark's status store has
+    # it (fed by the same listener bus; spark.stop() then drains it into the event log). An
+    # executor's count of running tasks can drop before that event is posted.
+    straggler = read_json(os.path.join(ctrl, "straggler.json"))
+    if straggler is None:
+        raise RuntimeError("no straggler.json: the first attempt of partition 0 never straggled")
+    wait_for(lambda: task_ended(spark, straggler["stage"], straggler["task_attempt_id"]), WAIT,
+             f"the end of the straggler (task {straggler['task_attempt_id']}) to be reported")
+    wait_for(lambda: running_tasks(spark) == 0, WAIT, "every other attempt to end")
 
 
 # Per scenario: (default master, executors to wait for, session settings, the scenario).
