@@ -23,6 +23,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 INSTALL_HINT = "run `bash deploy/install.sh` from the repository root"
 
+# Mutation testing (tests/spark/mutants/README.md): CHPART_TEST_MUTANT=<name> breaks the winner
+# selection of chpart_spark in this driver process and in the drivers started from it
+# (driver_job.py and failure_jobs/run_job.py import this module).
+if os.environ.get("CHPART_TEST_MUTANT") or os.environ.get("TESTMUTANT_NAME"):
+    import mutants
+
+    mutants.activate_from_env()
+
 # Spark's Python workers must run this interpreter (the venv with pyarrow and chpart_spark).
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
