@@ -505,9 +505,17 @@ pub async fn gc(
                 {
                     report.stale_open.push(load_id.clone());
                     if abort_stale && !dry_run && !commit_made_rows_visible(&view) {
-                        let removed = abort(ledger, fs, staging, &spec.load).await?;
-                        report.aborted.push(load_id.clone());
-                        report.removed.push((load_id, removed));
+                        match abort(ledger, fs, staging, &spec.load).await {
+                            Ok(removed) => {
+                                report.aborted.push(load_id.clone());
+                                report.removed.push((load_id, removed));
+                            }
+                            // A commit claimed it meanwhile: it is not stale any more.
+                            Err(CleanupError::CommitInProgress(_) | CleanupError::Committed(_)) => {
+                                tracing::info!("load {load_id}: a commit claimed it; not aborted");
+                            }
+                            Err(e) => return Err(e),
+                        }
                     }
                 }
             }
