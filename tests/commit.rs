@@ -379,6 +379,32 @@ fn commit_and_abort_settle_each_load_one_way() {
         assert_eq!(state_of(&s, &load), "committed");
         ch.q(&format!("TRUNCATE TABLE {}", s.table));
 
+        // A claimed load whose commit is given up: `abort --force` ends it; the commit is then
+        // fenced (exit 5), and nothing of the load was visible (it was killed before its first
+        // visible step).
+        let load = format!("ca-{i}-forced");
+        let built = build_load(&s, &load, begin, 2, &["app-a"]);
+        let file = winners_file(&s, &format!("{load}.jsonl"), &[&built[0][0], &built[1][0]]);
+        let out = commit(&s, &load, &file, &[], Some("after-decision"));
+        assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+        let refused = abort(&s, &load);
+        assert!(
+            text(&refused).contains("abort --force"),
+            "the refusal says how to force: {}",
+            text(&refused)
+        );
+        let forced = chpart()
+            .args(["abort", "--config"])
+            .arg(&s.config)
+            .args(["--load", &load, "--force"])
+            .output()
+            .unwrap();
+        assert_eq!(forced.status.code(), Some(0), "{}", text(&forced));
+        assert_eq!(state_of(&s, &load), "aborted");
+        let out = commit(&s, &load, &file, &[], None);
+        assert_eq!(out.status.code(), Some(5), "{}", text(&out));
+        assert_eq!(ch.q(&fingerprint_sql(&s.table)), none, "{begin:?}");
+
         // An abort first: the commit fails before anything becomes visible.
         let load = format!("ca-{i}-aborted");
         let built = build_load(&s, &load, begin, 2, &["app-a"]);

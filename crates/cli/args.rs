@@ -49,7 +49,7 @@ pub enum Command {
     Commit(CommitArgs),
     /// Abort a load: record it aborted (every later build of it is fenced), then remove its
     /// parts from detached/, its shadow table and its staging. Refused for a committed load, or
-    /// while a commit may already have made rows visible (re-run commit instead).
+    /// while a commit may already have made rows visible (re-run commit instead, or --force if it can never finish).
     #[command(after_help = exit::HELP)]
     Abort(AbortArgs),
     /// Show each load: state, mode, partitions, parts and rows, attempts seen and which won,
@@ -69,6 +69,11 @@ pub struct AbortArgs {
     /// The load to abort.
     #[arg(long, value_name = "LOAD_ID")]
     pub load: String,
+    /// Also end a load that a commit already claimed, for a commit that can never finish
+    /// (e.g. a planned part was removed by hand). Rows that commit already made visible stay
+    /// visible; stop any running commit of the load first.
+    #[arg(long)]
+    pub force: bool,
     /// Print what was removed as JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -138,11 +138,12 @@ pub fn run_abort(args: AbortArgs) -> Result<ExitCode, Failure> {
     let env = driver_env(&args.config)?;
     let removed = env
         .rt
-        .block_on(chpart_protocol::cleanup::abort(
+        .block_on(chpart_protocol::cleanup::abort_with(
             &env.ledger,
             env.fs.as_ref(),
             &env.staging,
             &load,
+            args.force,
         ))
         .map_err(cleanup_failure)?;
     tracing::info!("load {load} aborted; removed {} item(s)", removed.len());

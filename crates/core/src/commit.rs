@@ -1236,7 +1236,7 @@ pub fn decide_part(facts: &PartFacts) -> PartStep {
 
 /// A planned part that was removed from `detached/` without being attached.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("load {load} partition {partition} attempt {attempt}: part {part} is lost: it is not in detached/, no ATTACH holds it, no attach was ever recorded and no active part of the table has its hash {hash}; something removed it (a manual DROP DETACHED, or gc run against an open load). The load cannot be committed as planned: abort it and load again")]
+#[error("load {load} partition {partition} attempt {attempt}: part {part} is lost: it is not in detached/, no ATTACH holds it, no attach was ever recorded and no active part of the table has its hash {hash}; something removed it (a manual DROP DETACHED, or gc run against an open load). The load cannot be committed as planned: abort it (`chpart abort --force` once a commit claimed it; rows already attached stay visible) and load again")]
 pub struct PartLost {
     /// The load.
     pub load: LoadId,

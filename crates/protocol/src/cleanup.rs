@@ -57,7 +57,7 @@ pub enum CleanupError {
     #[error("load {0} is committed; it cannot be aborted")]
     Committed(LoadId),
     /// Abort while a commit has made (or may have made) rows visible.
-    #[error("load {0} has a commit in progress that may already have made rows visible; run `chpart commit` again to finish it")]
+    #[error("load {0} has a commit in progress that may already have made rows visible; run `chpart commit` again to finish it (if it cannot finish, `chpart abort --force` ends the load: rows it already made visible stay)")]
     CommitInProgress(LoadId),
     /// The ledger failed.
     #[error(transparent)]
@@ -284,7 +284,35 @@ pub async fn abort(
     staging: &StagingLayout,
     load: &LoadId,
 ) -> Result<Vec<Removal>, CleanupError> {
+    abort_with(ledger, fs, staging, load, false).await
+}
+
+/// [`abort`], or with `force` also a load a commit claimed (`abort --force`: for a commit
+/// that can never finish, e.g. a planned part was deleted by hand). A forced abort ends the
+/// load with a `load_abandoned` entry; rows the commit already made visible stay visible, and
+/// a commit still running must be stopped first. A committed load is never aborted.
+pub async fn abort_with(
+    ledger: &Ledger,
+    fs: &dyn RemoteFs,
+    staging: &StagingLayout,
+    load: &LoadId,
+    force: bool,
+) -> Result<Vec<Removal>, CleanupError> {
     let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+    if force && view.state != LoadState::Committed && view.decision == Some(Decision::Commit) {
+        let body = serde_json::json!({ "abandoned_at_unix_ms": now_unix_ms() }).to_string();
+        ledger
+            .append(load, "abandon", kind::LOAD_ABANDONED, &body)
+            .await?;
+        let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+        if view.state == LoadState::Committed {
+            return Err(CleanupError::Committed(load.clone()));
+        }
+        return match &view.spec {
+            Some(spec) => clean_finished_load(ledger.server(), fs, staging, spec, false).await,
+            None => Ok(Vec::new()),
+        };
+    }
     match view.state {
         LoadState::Committed => return Err(CleanupError::Committed(load.clone())),
         LoadState::Open if commit_made_rows_visible(&view) => {

@@ -101,6 +101,9 @@ pub mod kind {
     pub const PUBLISH_INTENT: &str = "publish_intent";
     /// A partition is in the target.
     pub const PARTITION_PUBLISHED: &str = "partition_published";
+    /// An operator ended a load that a commit had claimed but cannot finish (`abort --force`);
+    /// rows that commit already made visible stay. Body: when.
+    pub const LOAD_ABANDONED: &str = "load_abandoned";
     /// The load's outcome is settled; body: [`super::DecisionBody`]. Entry id `decision`,
     /// written with a deduplication token so that the server keeps only the first.
     pub const DECIDED: &str = "decided";
@@ -245,7 +248,11 @@ pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView,
             {
                 state = LoadState::Aborted
             }
-            kind::LOAD_COMMITTED | kind::LOAD_ABORTED | kind::DECIDED => {}
+            // Ends the load whatever the decision; a commit entry after it does not count.
+            kind::LOAD_ABANDONED if matches!(state, LoadState::Open | LoadState::Unknown) => {
+                state = LoadState::Aborted
+            }
+            kind::LOAD_COMMITTED | kind::LOAD_ABORTED | kind::LOAD_ABANDONED | kind::DECIDED => {}
             other if known_kinds.contains(&other) => {}
             other => {
                 return Err(LedgerError::UnknownKind {
@@ -288,6 +295,7 @@ mod tests {
         let opened = |at| entry("open", kind::LOAD_OPENED, at, &spec);
         let committed = |at| entry("commit", kind::LOAD_COMMITTED, at, "{}");
         let aborted = |at| entry("abort", kind::LOAD_ABORTED, at, "{}");
+        let abandoned = |at| entry("abandon", kind::LOAD_ABANDONED, at, "{}");
         let decided = |at, d: &str| {
             entry(
                 DECISION_ENTRY,
@@ -354,6 +362,21 @@ mod tests {
                 "a commit entry never overrides an abort decision",
                 vec![opened(1), committed(3), decided(4, "abort")],
                 LoadState::Aborted,
+            ),
+            (
+                "abandoned after a commit decision (abort --force): aborted",
+                vec![opened(1), decided(4, "commit"), abandoned(6)],
+                LoadState::Aborted,
+            ),
+            (
+                "a commit entry after the load was abandoned does not count",
+                vec![opened(1), decided(4, "commit"), abandoned(6), committed(9)],
+                LoadState::Aborted,
+            ),
+            (
+                "abandoning a committed load changes nothing",
+                vec![opened(1), decided(4, "commit"), committed(6), abandoned(9)],
+                LoadState::Committed,
             ),
             (
                 "two decision rows (deduplication window exceeded): the first counts",
