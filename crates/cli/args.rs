@@ -49,7 +49,8 @@ pub enum Command {
     Commit(CommitArgs),
     /// Abort a load: record it aborted (every later build of it is fenced), then remove its
     /// parts from detached/, its shadow table and its staging. Refused for a committed load, or
-    /// while a commit may already have made rows visible (re-run commit instead, or --force if it can never finish).
+    /// while a commit may already have made rows visible (re-run commit instead, or --force if
+    /// it can never finish).
     #[command(after_help = exit::HELP)]
     Abort(AbortArgs),
     /// Show each load: state, mode, partitions, parts and rows, attempts seen and which won,
