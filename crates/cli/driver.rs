@@ -185,10 +185,14 @@ pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
         );
     }
     for l in &loads {
+        let state = match (l.state.as_str(), l.decision.as_deref()) {
+            ("open", Some("commit")) => "open (a commit claimed it: re-run commit to finish)",
+            (state, _) => state,
+        };
         println!(
             "{}  {}  table {}  mode {}  visibility {}{}",
             l.load,
-            l.state,
+            state,
             l.table.as_deref().unwrap_or("?"),
             l.mode.as_deref().unwrap_or("?"),
             l.visibility.as_deref().unwrap_or("?"),

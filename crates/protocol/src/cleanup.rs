@@ -365,6 +365,8 @@ pub struct LoadStatus {
     pub load: String,
     /// `open`, `committed`, `aborted`.
     pub state: String,
+    /// Who claimed the load (`commit`, `abort`), if anyone did yet.
+    pub decision: Option<String>,
     /// Target table.
     pub table: Option<String>,
     /// Append or replace.
@@ -444,7 +446,11 @@ async fn load_status(
     let finished_at = view
         .entries
         .iter()
-        .find(|e| e.kind == kind::LOAD_COMMITTED || e.kind == kind::LOAD_ABORTED)
+        .find(|e| {
+            e.kind == kind::LOAD_COMMITTED
+                || e.kind == kind::LOAD_ABORTED
+                || e.kind == kind::LOAD_ABANDONED
+        })
         .map(|e| e.written_at_ms);
     let winners: Vec<(u32, String)> = plan
         .as_ref()
@@ -453,6 +459,7 @@ async fn load_status(
     let staged = tokio::task::block_in_place(|| staged_attempts(fs, staging, load))?;
     let attempts = staged
         .iter()
+        .filter(|a| !a.attempt.starts_with(TAKEN_PREFIX)) // being removed by gc
         .map(|a| AttemptStatus {
             attempt: a.attempt.clone(),
             completed: a.has_manifest,
@@ -470,6 +477,10 @@ async fn load_status(
     Ok(LoadStatus {
         load: load.to_string(),
         state: view.state.as_str().to_owned(),
+        decision: view.decision.map(|d| match d {
+            Decision::Commit => "commit".to_owned(),
+            Decision::Abort => "abort".to_owned(),
+        }),
         table: spec.map(|s| s.target.to_string()),
         mode: spec.map(|s| s.mode.to_string()),
         visibility: spec.map(|s| s.visibility.to_string()),
