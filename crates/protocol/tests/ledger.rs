@@ -1,0 +1,66 @@
+//! The ledger's decision against the real ClickHouse 26.9 engine: the server keeps exactly one
+//! decision per load, the first to reach the table, whoever sends the later ones.
+
+use std::time::Duration;
+
+use chpart_core::LoadId;
+use chpart_protocol::ledger::{kind, Decision, LoadState, DECISION_ENTRY};
+use chpart_protocol::store::Ledger;
+use chpart_server::{Server, ServerConfig};
+use chpart_testenv::clickhouse::{shared, TestDb};
+
+fn ledger(db: &TestDb) -> Ledger {
+    let server = Server::new(&ServerConfig {
+        url: db.server.url(),
+        user: "default".into(),
+        password: None,
+        request_timeout: Duration::from_secs(60),
+    });
+    Ledger::new(server, &format!("{}_ledger", db.name))
+}
+
+#[test]
+fn the_first_decision_is_the_only_one_kept() {
+    let ch = shared();
+    let db = TestDb::new(ch, "ledger_decision");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ledger = ledger(&db);
+    rt.block_on(async {
+        ledger.ensure().await.unwrap();
+        let (a, b): (LoadId, LoadId) = ("load-a".parse().unwrap(), "load-b".parse().unwrap());
+        // load-a: a commit claims it, then an abort (and the commit again) try.
+        ledger.decide(&a, Decision::Commit).await.unwrap();
+        ledger.decide(&a, Decision::Abort).await.unwrap();
+        ledger.decide(&a, Decision::Commit).await.unwrap();
+        // load-b: the other way round; its token is its own.
+        ledger.decide(&b, Decision::Abort).await.unwrap();
+        ledger.decide(&b, Decision::Commit).await.unwrap();
+
+        let view = ledger.view(&a, &[]).await.unwrap();
+        assert_eq!(view.decision, Some(Decision::Commit));
+        let view_b = ledger.view(&b, &[]).await.unwrap();
+        assert_eq!(view_b.decision, Some(Decision::Abort));
+        assert_eq!(view_b.state, LoadState::Aborted);
+        // The server kept one row per load: deduplication, not replay, settled it.
+        for load in [&a, &b] {
+            let rows = ledger.entries(load).await.unwrap();
+            let decisions: Vec<_> = rows
+                .iter()
+                .filter(|e| e.entry_id == DECISION_ENTRY && e.kind == kind::DECIDED)
+                .collect();
+            assert_eq!(decisions.len(), 1, "{load}: {decisions:?}");
+        }
+    });
+    // The deduplication the decision relies on is a setting of the ledger table.
+    let ddl = ch.q(&format!(
+        "SELECT engine_full FROM system.tables WHERE database = '{}_ledger' AND name = 'ledger'",
+        db.name
+    ));
+    assert!(
+        ddl.contains("non_replicated_deduplication_window = 10000"),
+        "{ddl}"
+    );
+}
