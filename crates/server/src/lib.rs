@@ -98,29 +98,6 @@ pub struct ColumnInfo {
     pub default_expression: String,
 }
 
-/// An active or inactive part of a table (`system.parts`).
-#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
-pub struct PartInfo {
-    /// Part name (block numbers are the table's own, not the detached name's).
-    pub name: String,
-    /// Partition id.
-    pub partition_id: String,
-    /// Rows in the part.
-    pub rows: u64,
-    /// Bytes on disk.
-    pub bytes_on_disk: u64,
-    /// 128-bit hash of all the part's files, lowercase hex; survives ATTACH unchanged.
-    pub hash_of_all_files: String,
-    /// Merge level.
-    pub level: u32,
-    /// Whether the part is active (visible to queries).
-    pub active: bool,
-    /// Disk name.
-    pub disk_name: String,
-    /// Absolute path of the part's directory.
-    pub path: String,
-}
-
 /// An entry of a table's `detached/` directories (`system.detached_parts`).
 #[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
 pub struct DetachedPartInfo {
@@ -165,6 +142,13 @@ pub struct TableCheck {
     /// Mutations not done yet.
     pub pending_mutations: u64,
 }
+
+/// `system.tables` as [`TableInfo`] reads it (add a WHERE clause).
+const TABLE_INFO_SELECT: &str = "SELECT database, name, toString(uuid) AS uuid, engine, \
+     engine_full, create_table_query, partition_key, sorting_key, primary_key, sampling_key, \
+     storage_policy, data_paths FROM system.tables";
+/// The `system.columns` fields of [`ColumnInfo`].
+const COLUMN_FIELDS: &str = "name, type, default_kind, default_expression";
 
 /// A connection to one ClickHouse server.
 #[derive(Clone)]
@@ -324,10 +308,9 @@ impl Server {
         database: &str,
         table: &str,
     ) -> Result<Option<TableInfo>, ServerError> {
-        let sql = "SELECT database, name, toString(uuid) AS uuid, engine, engine_full, create_table_query, \
-                   partition_key, sorting_key, primary_key, sampling_key, storage_policy, data_paths \
-                   FROM system.tables WHERE database = {db:String} AND name = {t:String}";
-        let mut rows: Vec<TableInfo> = self.fetch(sql, &[("db", database), ("t", table)]).await?;
+        let sql =
+            format!("{TABLE_INFO_SELECT} WHERE database = {{db:String}} AND name = {{t:String}}");
+        let mut rows: Vec<TableInfo> = self.fetch(&sql, &[("db", database), ("t", table)]).await?;
         Ok(rows.pop())
     }
 
@@ -337,23 +320,9 @@ impl Server {
         database: &str,
         table: &str,
     ) -> Result<Vec<ColumnInfo>, ServerError> {
-        let sql = "SELECT name, type, default_kind, default_expression FROM system.columns \
-                   WHERE database = {db:String} AND table = {t:String} ORDER BY position";
-        self.fetch(sql, &[("db", database), ("t", table)]).await
-    }
-
-    /// The table's parts; with `active_only`, only those visible to queries.
-    pub async fn parts(
-        &self,
-        database: &str,
-        table: &str,
-        active_only: bool,
-    ) -> Result<Vec<PartInfo>, ServerError> {
         let sql = format!(
-            "SELECT name, partition_id, toUInt64(rows) AS rows, toUInt64(bytes_on_disk) AS bytes_on_disk, \
-             hash_of_all_files, toUInt32(level) AS level, toBool(active) AS active, disk_name, path \
-             FROM system.parts WHERE database = {{db:String}} AND table = {{t:String}}{} ORDER BY name",
-            if active_only { " AND active" } else { "" }
+            "SELECT {COLUMN_FIELDS} FROM system.columns \
+             WHERE database = {{db:String}} AND table = {{t:String}} ORDER BY position"
         );
         self.fetch(&sql, &[("db", database), ("t", table)]).await
     }
@@ -368,14 +337,6 @@ impl Server {
                    toUInt64(bytes_on_disk) AS bytes_on_disk \
                    FROM system.detached_parts WHERE database = {db:String} AND table = {t:String} ORDER BY name";
         self.fetch(sql, &[("db", database), ("t", table)]).await
-    }
-
-    /// Number of mutations of the table that are not done yet.
-    pub async fn pending_mutations(&self, database: &str, table: &str) -> Result<u64, ServerError> {
-        let sql = "SELECT count() FROM system.mutations \
-                   WHERE database = {db:String} AND table = {t:String} AND NOT is_done";
-        let rows: Vec<u64> = self.fetch(sql, &[("db", database), ("t", table)]).await?;
-        Ok(rows.first().copied().unwrap_or(0))
     }
 
     /// `ALTER TABLE db.t ATTACH PART '<name>'`: the server claims `detached/<name>` by renaming
@@ -451,12 +412,7 @@ impl Server {
             .collect();
         let infos: Vec<TableInfo> = self
             .fetch(
-                &format!(
-                    "SELECT database, name, toString(uuid) AS uuid, engine, engine_full, \
-                     create_table_query, partition_key, sorting_key, primary_key, sampling_key, \
-                     storage_policy, data_paths FROM system.tables WHERE {}",
-                    condition("name")
-                ),
+                &format!("{TABLE_INFO_SELECT} WHERE {}", condition("name")),
                 &params,
             )
             .await?;
@@ -473,7 +429,7 @@ impl Server {
         let columns: Vec<TableColumn> = self
             .fetch(
                 &format!(
-                    "SELECT database, table, name, type, default_kind, default_expression \
+                    "SELECT database, table, {COLUMN_FIELDS} \
                      FROM system.columns WHERE {} ORDER BY database, table, position",
                     condition("table")
                 ),

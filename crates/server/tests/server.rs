@@ -74,13 +74,20 @@ fn reads_definitions_parts_and_detached_parts() {
             ]
         );
 
-        let parts = server.parts(d, "ev", true).await.unwrap();
+        let parts: Vec<_> = server
+            .table_state(d, "ev")
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| !r.detached)
+            .collect();
         assert_eq!(parts.len(), 2);
         assert!(parts
             .iter()
-            .all(|p| p.rows == 1 && p.active && p.hash_of_all_files.len() == 32));
+            .all(|p| p.rows == 1 && p.hash_of_all_files.len() == 32));
         assert_eq!(server.count(d, "ev").await.unwrap(), 2);
-        assert_eq!(server.pending_mutations(d, "ev").await.unwrap(), 0);
+        let checks = server.check_tables(&[(d, "ev")]).await.unwrap();
+        assert_eq!(checks[0].pending_mutations, 0);
 
         // DETACH, see it in detached/, ATTACH it back by exact name, and attach twice fails.
         let jan = parts.iter().find(|p| p.partition_id == "202601").unwrap();
@@ -138,7 +145,7 @@ fn table_state_and_check_tables_answer_for_several_tables_at_once() {
     ));
     let server = client(ch);
     runtime().block_on(async {
-        let parts = server.parts(d, "a", true).await.unwrap();
+        let parts = server.table_state(d, "a").await.unwrap();
         let jan = parts.iter().find(|p| p.partition_id == "202601").unwrap();
         server
             .execute(&format!("ALTER TABLE `{d}`.a DETACH PART '{}'", jan.name))
