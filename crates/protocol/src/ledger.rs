@@ -195,11 +195,22 @@ pub enum LedgerError {
     },
 }
 
+/// An entry's JSON body, or the error naming the entry.
+fn body_of<T: serde::de::DeserializeOwned>(e: &Entry) -> Result<T, LedgerError> {
+    serde_json::from_str(&e.body).map_err(|err| LedgerError::BadEntry {
+        load: e.load_id.clone(),
+        entry_id: e.entry_id.clone(),
+        kind: e.kind.clone(),
+        message: err.to_string(),
+    })
+}
+
 /// Derives a load's state from its entries (any order; sorted here by write time, then id).
 /// The first entry of each `entry_id` counts. A decision fixes the outcome: `abort` makes the
 /// load aborted, `commit` lets only a commit entry end it. Without a decision (ledgers written
-/// before decisions existed, and loads never claimed), the first terminal entry fixes it. Entries of kinds this function does not interpret but later steps write (plans,
-/// attach outcomes) are kept in `entries` for those steps.
+/// before decisions existed, and loads never claimed), the first terminal entry fixes it.
+/// Entries of kinds this function does not interpret but later steps write (plans, attach
+/// outcomes) are kept in `entries` for those steps.
 pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView, LedgerError> {
     entries.sort_by(|a, b| (a.written_at_ms, &a.entry_id).cmp(&(b.written_at_ms, &b.entry_id)));
     let mut seen = HashSet::new();
@@ -209,28 +220,14 @@ pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView,
     let mut decision = None;
     for e in &entries {
         if e.kind == kind::DECIDED && decision.is_none() {
-            let body: DecisionBody =
-                serde_json::from_str(&e.body).map_err(|err| LedgerError::BadEntry {
-                    load: e.load_id.clone(),
-                    entry_id: e.entry_id.clone(),
-                    kind: e.kind.clone(),
-                    message: err.to_string(),
-                })?;
-            decision = Some(body.decision);
+            decision = Some(body_of::<DecisionBody>(e)?.decision);
         }
     }
     for e in &entries {
         match e.kind.as_str() {
             kind::LOAD_OPENED => {
                 if spec.is_none() {
-                    let parsed: LoadSpec =
-                        serde_json::from_str(&e.body).map_err(|err| LedgerError::BadEntry {
-                            load: e.load_id.clone(),
-                            entry_id: e.entry_id.clone(),
-                            kind: e.kind.clone(),
-                            message: err.to_string(),
-                        })?;
-                    spec = Some(parsed);
+                    spec = Some(body_of::<LoadSpec>(e)?);
                 }
                 if state == LoadState::Unknown {
                     state = LoadState::Open;

@@ -155,18 +155,16 @@ impl Ledger {
     /// which one that was. Idempotent.
     pub async fn decide(&self, load: &LoadId, decision: Decision) -> Result<(), LedgerStoreError> {
         let body = serde_json::to_string(&DecisionBody { decision }).expect("serializes");
-        let sql = format!(
-            "INSERT INTO {} (load_id, entry_id, kind, writer, body) \
-             SETTINGS insert_deduplicate = 1, insert_deduplication_token = {} VALUES ({}, {}, {}, {}, {})",
-            self.table(),
-            quote_str(&format!("chpart-decision:{}", load.as_str())),
-            quote_str(load.as_str()),
-            quote_str(DECISION_ENTRY),
-            quote_str(kind::DECIDED),
-            quote_str(&self.writer),
-            quote_str(&body)
+        let settings = format!(
+            "SETTINGS insert_deduplicate = 1, insert_deduplication_token = {}",
+            quote_str(&format!("chpart-decision:{}", load.as_str()))
         );
-        self.server.execute(&sql).await.map_err(|e| self.err(e))
+        self.insert(
+            load,
+            &[(DECISION_ENTRY.to_owned(), kind::DECIDED, body)],
+            &settings,
+        )
+        .await
     }
 
     /// Appends one entry (idempotent by `entry_id`: replay keeps the first).
@@ -192,6 +190,16 @@ impl Ledger {
         if entries.is_empty() {
             return Ok(());
         }
+        self.insert(load, entries, "").await
+    }
+
+    /// One INSERT of `entries`, with `settings` (a `SETTINGS ...` clause, or empty).
+    async fn insert(
+        &self,
+        load: &LoadId,
+        entries: &[(String, &str, String)],
+        settings: &str,
+    ) -> Result<(), LedgerStoreError> {
         let rows: Vec<String> = entries
             .iter()
             .map(|(id, kind, body)| {
@@ -206,7 +214,7 @@ impl Ledger {
             })
             .collect();
         let sql = format!(
-            "INSERT INTO {} (load_id, entry_id, kind, writer, body) VALUES {}",
+            "INSERT INTO {} (load_id, entry_id, kind, writer, body) {settings} VALUES {}",
             self.table(),
             rows.join(", ")
         );
