@@ -193,9 +193,10 @@ pub async fn clean_finished_load(
                 table: spec.publish.to_string(),
             });
         }
-    } else {
+    } else if dry_run {
+        // What the pass below drops; it reads each intent only once the directory is taken.
         for attempt in &attempts {
-            removed.extend(drop_listed_parts(server, &spec.publish, attempt, dry_run).await?);
+            removed.extend(drop_listed_parts(server, &spec.publish, attempt, true).await?);
         }
     }
     let load_dir = staging.load_dir(&spec.load);
@@ -220,17 +221,13 @@ pub async fn clean_finished_load(
             }
         };
         if spec.publish == spec.target {
-            let again = StagedAttempt {
+            let taken_attempt = StagedAttempt {
                 parts: tokio::task::block_in_place(|| {
                     read_intent(fs, &format!("{taken}/publish-intent.json"))
                 })?,
                 ..attempt.clone()
             };
-            for r in drop_listed_parts(server, &spec.publish, &again, dry_run).await? {
-                if !removed.contains(&r) {
-                    removed.push(r);
-                }
-            }
+            removed.extend(drop_listed_parts(server, &spec.publish, &taken_attempt, false).await?);
         }
         tokio::task::block_in_place(|| fs.remove_all(&taken))
             .map_err(remote(format!("remove {taken}")))?;
@@ -299,39 +296,41 @@ pub async fn abort_with(
     force: bool,
 ) -> Result<Vec<Removal>, CleanupError> {
     let view = ledger.view(load, crate::KNOWN_KINDS).await?;
-    if force && view.state != LoadState::Committed && view.decision == Some(Decision::Commit) {
-        let body = serde_json::json!({ "abandoned_at_unix_ms": now_unix_ms() }).to_string();
-        ledger
-            .append(load, "abandon", kind::LOAD_ABANDONED, &body)
-            .await?;
-        let view = ledger.view(load, crate::KNOWN_KINDS).await?;
-        if view.state == LoadState::Committed {
-            return Err(CleanupError::Committed(load.clone()));
-        }
-        return match &view.spec {
-            Some(spec) => clean_finished_load(ledger.server(), fs, staging, spec, false).await,
-            None => Ok(Vec::new()),
+    let view =
+        if force && view.state != LoadState::Committed && view.decision == Some(Decision::Commit) {
+            let body = serde_json::json!({ "abandoned_at_unix_ms": now_unix_ms() }).to_string();
+            ledger
+                .append(load, "abandon", kind::LOAD_ABANDONED, &body)
+                .await?;
+            let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+            if view.state == LoadState::Committed {
+                return Err(CleanupError::Committed(load.clone()));
+            }
+            view
+        } else {
+            match view.state {
+                LoadState::Committed => return Err(CleanupError::Committed(load.clone())),
+                LoadState::Open if commit_made_rows_visible(&view) => {
+                    return Err(CleanupError::CommitInProgress(load.clone()))
+                }
+                _ => {}
+            }
+            // Claim the load: a commit that claimed it first may be making rows visible right now.
+            ledger.decide(load, Decision::Abort).await?;
+            let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+            match (&view.state, view.decision) {
+                (LoadState::Committed, _) => return Err(CleanupError::Committed(load.clone())),
+                (_, Some(Decision::Commit)) => {
+                    return Err(CleanupError::CommitInProgress(load.clone()))
+                }
+                _ => {}
+            }
+            let body = serde_json::json!({ "aborted_at_unix_ms": now_unix_ms() }).to_string();
+            ledger
+                .append(load, "abort", kind::LOAD_ABORTED, &body)
+                .await?;
+            view
         };
-    }
-    match view.state {
-        LoadState::Committed => return Err(CleanupError::Committed(load.clone())),
-        LoadState::Open if commit_made_rows_visible(&view) => {
-            return Err(CleanupError::CommitInProgress(load.clone()))
-        }
-        _ => {}
-    }
-    // Claim the load: a commit that claimed it first may be making rows visible right now.
-    ledger.decide(load, Decision::Abort).await?;
-    let view = ledger.view(load, crate::KNOWN_KINDS).await?;
-    match (&view.state, view.decision) {
-        (LoadState::Committed, _) => return Err(CleanupError::Committed(load.clone())),
-        (_, Some(Decision::Commit)) => return Err(CleanupError::CommitInProgress(load.clone())),
-        _ => {}
-    }
-    let body = serde_json::json!({ "aborted_at_unix_ms": now_unix_ms() }).to_string();
-    ledger
-        .append(load, "abort", kind::LOAD_ABORTED, &body)
-        .await?;
     match &view.spec {
         Some(spec) => clean_finished_load(ledger.server(), fs, staging, spec, false).await,
         None => Ok(Vec::new()),
