@@ -1,23 +1,11 @@
 //! `begin` against the real ClickHouse 26.9 engine.
 
-use std::time::Duration;
-
 use chpart_protocol::begin::{begin, shadow_table, BeginError, BeginOutcome, BeginRequest};
 use chpart_protocol::ledger::{kind, LoadState, Mode, Visibility};
-use chpart_protocol::store::Ledger;
-use chpart_server::{Server, ServerConfig};
 use chpart_testenv::clickhouse::{shared, TestDb};
 
-fn ledger_for(db: &TestDb) -> Ledger {
-    let server = Server::new(&ServerConfig {
-        url: db.server.url(),
-        user: "default".into(),
-        password: None,
-        request_timeout: Duration::from_secs(60),
-    });
-    // Each test its own ledger database, so tests do not see each other's loads.
-    Ledger::new(server, &format!("{}_ledger", db.name))
-}
+mod common;
+use common::ledger_for;
 
 fn request(db: &TestDb, load: &str, mode: Mode, visibility: Visibility) -> BeginRequest {
     BeginRequest {

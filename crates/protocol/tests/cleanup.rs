@@ -5,15 +5,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use chpart_core::{detached_part_name, AttemptId, LoadId, PartitionId, StagingLayout};
 use chpart_protocol::begin::{begin, BeginOutcome, BeginRequest};
 use chpart_protocol::cleanup::clean_finished_load;
 use chpart_protocol::ledger::{kind, Mode, Visibility};
-use chpart_protocol::store::Ledger;
 use chpart_remote::{DirEntry, LocalFs, RemoteError, RemoteFs, Stat, UploadStats};
-use chpart_server::{Server, ServerConfig};
 use chpart_testenv::clickhouse::{shared, TestDb};
 
 /// When the late writer's rename into `detached/` happens, relative to gc's first change to the
@@ -93,6 +90,9 @@ impl RemoteFs for LateWriter {
     }
 }
 
+mod common;
+use common::ledger_for;
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -111,13 +111,7 @@ fn late_writer_is_never_left_in_detached(moment: Moment) {
         "CREATE TABLE `{d}`.events (ts DateTime, id UInt64) ENGINE = MergeTree \
          PARTITION BY toYYYYMM(ts) ORDER BY id"
     ));
-    let server = Server::new(&ServerConfig {
-        url: ch.url(),
-        user: "default".into(),
-        password: None,
-        request_timeout: Duration::from_secs(60),
-    });
-    let ledger = Ledger::new(server, &format!("{d}_ledger"));
+    let ledger = ledger_for(&db);
     let load: LoadId = "late-load".parse().unwrap();
     let rt = rt();
     let req = BeginRequest {

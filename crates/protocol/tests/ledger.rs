@@ -1,23 +1,12 @@
 //! The ledger's decision against the real ClickHouse 26.9 engine: the server keeps exactly one
 //! decision per load, the first to reach the table, whoever sends the later ones.
 
-use std::time::Duration;
-
 use chpart_core::LoadId;
 use chpart_protocol::ledger::{kind, Decision, LoadState, DECISION_ENTRY};
-use chpart_protocol::store::Ledger;
-use chpart_server::{Server, ServerConfig};
 use chpart_testenv::clickhouse::{shared, TestDb};
 
-fn ledger(db: &TestDb) -> Ledger {
-    let server = Server::new(&ServerConfig {
-        url: db.server.url(),
-        user: "default".into(),
-        password: None,
-        request_timeout: Duration::from_secs(60),
-    });
-    Ledger::new(server, &format!("{}_ledger", db.name))
-}
+mod common;
+use common::ledger_for;
 
 #[test]
 fn the_first_decision_is_the_only_one_kept() {
@@ -27,7 +16,7 @@ fn the_first_decision_is_the_only_one_kept() {
         .enable_all()
         .build()
         .unwrap();
-    let ledger = ledger(&db);
+    let ledger = ledger_for(&db);
     rt.block_on(async {
         ledger.ensure().await.unwrap();
         let (a, b): (LoadId, LoadId) = ("load-a".parse().unwrap(), "load-b".parse().unwrap());

@@ -1,0 +1,19 @@
+//! Shared by the protocol's real-server tests.
+
+use std::time::Duration;
+
+use chpart_protocol::store::Ledger;
+use chpart_server::{Server, ServerConfig};
+use chpart_testenv::clickhouse::TestDb;
+
+/// A ledger in a database of this test's own (`<db>_ledger`), so tests do not see each other's
+/// loads.
+pub fn ledger_for(db: &TestDb) -> Ledger {
+    let server = Server::new(&ServerConfig {
+        url: db.server.url(),
+        user: "default".into(),
+        password: None,
+        request_timeout: Duration::from_secs(60),
+    });
+    Ledger::new(server, &format!("{}_ledger", db.name))
+}
