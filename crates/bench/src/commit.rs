@@ -925,30 +925,8 @@ impl Bench<'_> {
         let (load, shadow, _) = self.begin(&table, variant)?;
         let begin = step(before, 0)?;
         let before = mark()?;
-        let (_, manifest) = self.chpart.build(
-            &self.configs.local,
-            &load,
-            0,
-            "bench.0",
-            std::slice::from_ref(&input),
-            false,
-        )?;
+        let prepared = self.build_one(&table, variant, load, shadow, &input, rows)?;
         let build = step(before, 0)?;
-        if manifest.rows != rows {
-            bail!("chpart build made {} rows of {rows}", manifest.rows);
-        }
-        let winners = self.root.join("winners-cpu_chpart.jsonl");
-        fs::write(&winners, format!("{}\n", manifest.line))?;
-        let prepared = Prepared {
-            variant,
-            table: table.clone(),
-            load,
-            shadow,
-            winners,
-            builds: 1,
-            parts: manifest.parts,
-            rows,
-        };
         // Waits for quiet itself, then measures the command alone.
         let committed = self.commit(&prepared, false)?;
         let uncompressed = self.uncompressed(&table)?;
@@ -982,29 +960,8 @@ impl Bench<'_> {
             sql(server, &events::ddl(&table))?;
             self.stop_merges(&table)?;
             let (load, shadow, _) = self.begin(&table, variant)?;
-            let (_, manifest) = self.chpart.build(
-                &self.configs.local,
-                &load,
-                0,
-                "bench.0",
-                std::slice::from_ref(&small),
-                false,
-            )?;
-            let winners = self.root.join(format!("winners-{name}.jsonl"));
-            fs::write(&winners, format!("{}\n", manifest.line))?;
-            let run = self.commit(
-                &Prepared {
-                    variant,
-                    table,
-                    load,
-                    shadow,
-                    winners,
-                    builds: 1,
-                    parts: manifest.parts,
-                    rows: SMALL_ROWS,
-                },
-                false,
-            )?;
+            let small_load = self.build_one(&table, variant, load, shadow, &small, SMALL_ROWS)?;
+            let run = self.commit(&small_load, false)?;
             fixed += run
                 .server_cpu
                 .context("the server's CPU time is not readable")?;
@@ -1023,9 +980,49 @@ impl Bench<'_> {
             },
             commit,
             settle,
-            chpart_parts: manifest.parts,
+            chpart_parts: prepared.parts,
             idle_rate,
             fixed_commit_cpu: fixed / f64::from(SMALL_LOADS),
+        })
+    }
+
+    /// Builds `input` (`rows` rows) as the one attempt of the begun `load` and writes its
+    /// winners file: the load, ready to commit.
+    fn build_one(
+        &self,
+        table: &str,
+        variant: Variant,
+        load: String,
+        shadow: Option<String>,
+        input: &Path,
+        rows: u64,
+    ) -> anyhow::Result<Prepared> {
+        let (_, manifest) = self.chpart.build(
+            &self.configs.local,
+            &load,
+            0,
+            "bench.0",
+            &[input.to_path_buf()],
+            false,
+        )?;
+        if manifest.rows != rows {
+            bail!(
+                "chpart build of {load} made {} rows of {rows}",
+                manifest.rows
+            );
+        }
+        let (_, name) = table.split_once('.').expect("db.table");
+        let winners = self.root.join(format!("winners-{name}.jsonl"));
+        fs::write(&winners, format!("{}\n", manifest.line))?;
+        Ok(Prepared {
+            variant,
+            table: table.to_owned(),
+            load,
+            shadow,
+            winners,
+            builds: 1,
+            parts: manifest.parts,
+            rows,
         })
     }
 
