@@ -351,6 +351,12 @@ fn abort(s: &Setup, load: &str) -> Output {
         .unwrap()
 }
 
+/// A load of two Spark partitions, one attempt each (`begin` args as given): its winners file.
+fn one_attempt_load(s: &Setup, load: &str, begin: &[&str]) -> PathBuf {
+    let built = build_load(s, load, begin, 2, &["app-a"]);
+    winners_file(s, &format!("{load}.jsonl"), &[&built[0][0], &built[1][0]])
+}
+
 #[test]
 fn commit_and_abort_settle_each_load_one_way() {
     let ch = shared();
@@ -362,8 +368,7 @@ fn commit_and_abort_settle_each_load_one_way() {
         // A commit that claimed the load and was killed before its first visible step: abort
         // refuses (the commit may be making rows visible), and the commit finishes on re-run.
         let load = format!("ca-{i}-claimed");
-        let built = build_load(&s, &load, begin, 2, &["app-a"]);
-        let file = winners_file(&s, &format!("{load}.jsonl"), &[&built[0][0], &built[1][0]]);
+        let file = one_attempt_load(&s, &load, begin);
         let out = commit(&s, &load, &file, &[], Some("after-decision"));
         assert_ne!(out.status.code(), Some(0), "{}", text(&out));
         let refused = abort(&s, &load);
@@ -383,8 +388,7 @@ fn commit_and_abort_settle_each_load_one_way() {
         // fenced (exit 5), and nothing of the load was visible (it was killed before its first
         // visible step).
         let load = format!("ca-{i}-forced");
-        let built = build_load(&s, &load, begin, 2, &["app-a"]);
-        let file = winners_file(&s, &format!("{load}.jsonl"), &[&built[0][0], &built[1][0]]);
+        let file = one_attempt_load(&s, &load, begin);
         let out = commit(&s, &load, &file, &[], Some("after-decision"));
         assert_ne!(out.status.code(), Some(0), "{}", text(&out));
         let refused = abort(&s, &load);
@@ -407,8 +411,7 @@ fn commit_and_abort_settle_each_load_one_way() {
 
         // An abort first: the commit fails before anything becomes visible.
         let load = format!("ca-{i}-aborted");
-        let built = build_load(&s, &load, begin, 2, &["app-a"]);
-        let file = winners_file(&s, &format!("{load}.jsonl"), &[&built[0][0], &built[1][0]]);
+        let file = one_attempt_load(&s, &load, begin);
         let out = abort(&s, &load);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         let out = commit(&s, &load, &file, &[], None);
@@ -419,8 +422,7 @@ fn commit_and_abort_settle_each_load_one_way() {
         // processes agree on which.
         for round in 0..4 {
             let load = format!("ca-{i}-race-{round}");
-            let built = build_load(&s, &load, begin, 2, &["app-a"]);
-            let file = winners_file(&s, &format!("{load}.jsonl"), &[&built[0][0], &built[1][0]]);
+            let file = one_attempt_load(&s, &load, begin);
             let mut committer = chpart();
             committer
                 .args(["commit", "--config"])
