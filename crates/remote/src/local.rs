@@ -121,19 +121,13 @@ impl LocalFs {
             .open(dst)
             .map_err(|e| map_io("create", dst, e))?;
         let mut buf = vec![0u8; self.buffer_bytes];
-        let mut copied = 0u64;
-        loop {
-            let n = match input.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(map_io("read upload source", &src_str, e)),
-            };
-            output
-                .write_all(&buf[..n])
-                .map_err(|e| map_io("write", dst, e))?;
-            copied += n as u64;
-        }
+        let copied = for_each_chunk(
+            &mut input,
+            &mut buf,
+            "read upload source",
+            &src_str,
+            |chunk| output.write_all(chunk).map_err(|e| map_io("write", dst, e)),
+        )?;
         output.sync_all().map_err(|e| map_io("fsync", dst, e))?;
         let written = fs::metadata(dst).map_err(|e| map_io("stat", dst, e))?.len();
         if written != copied {
@@ -442,21 +436,36 @@ impl RemoteFs for LocalFs {
             let mut input =
                 fs::File::open(entry.path()).map_err(|e| map_io("digest_dir", &file, e))?;
             let mut hasher = Sha256::new();
-            let mut size = 0u64;
-            loop {
-                let n = match input.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(map_io("digest_dir", &file, e)),
-                };
-                hasher.update(&buf[..n]);
-                size += n as u64;
-            }
+            let size = for_each_chunk(&mut input, &mut buf, "digest_dir", &file, |chunk| {
+                hasher.update(chunk);
+                Ok(())
+            })?;
             let rel = relative_slash_path("digest_dir", &root, entry.path())?;
             out.insert(rel, (size, hex::encode(hasher.finalize())));
         }
         Ok(out)
+    }
+}
+
+/// Reads `input` to its end through `buf`, handing each chunk to `each`; returns the bytes
+/// read. A read error is reported as `op` on `path`.
+fn for_each_chunk(
+    input: &mut impl Read,
+    buf: &mut [u8],
+    op: &'static str,
+    path: &str,
+    mut each: impl FnMut(&[u8]) -> Result<(), RemoteError>,
+) -> Result<u64, RemoteError> {
+    let mut total = 0u64;
+    loop {
+        let n = match input.read(buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(map_io(op, path, e)),
+        };
+        each(&buf[..n])?;
+        total += n as u64;
     }
 }
 
