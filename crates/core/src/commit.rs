@@ -45,12 +45,15 @@
 //!   `detached/attaching_<part>`, and a rename succeeds once, so one part is attached at most
 //!   once however many commits race. Nothing but a successful ATTACH removes a planned part
 //!   of an open load from `detached/` (gc keeps them, executors never touch a published
-//!   part), so "gone without an `attaching_` leftover, and an intent or an active part with
-//!   its hash" means attached. The intent alone suffices because a merge or a MOVE can change
-//!   or move the attached part; the hash alone suffices for a part attached by a commit whose
-//!   intent entry is missing. An `attaching_` leftover means an ATTACH is in flight (or a
-//!   server died in one): the commit waits and observes again, never touching it. After a
-//!   timeout the commit never re-sends ATTACH blindly: it observes and decides again.
+//!   part), and every commit records `attach:<part>` before it sends ATTACH, so "gone without
+//!   an `attaching_` leftover, with an intent" means attached: the ledger's record is the
+//!   identity, never an active part with the same hash (identical rows make identical parts),
+//!   and a merge or a MOVE of the attached part changes nothing. "Gone with no intent" is
+//!   decided only from a ledger read made *after* the observation: a read made before it may
+//!   predate a concurrent commit's intent and ATTACH, so the commit reads the ledger again
+//!   before it may call the part lost. An `attaching_` leftover means an ATTACH is in flight
+//!   (or a server died in one): the commit waits and observes again, never touching it. After
+//!   a timeout the commit never re-sends ATTACH blindly: it observes and decides again.
 //! - **Publish** ([`decide_partition`]): MOVE PARTITION is atomic for readers and a second
 //!   MOVE of a moved partition moves nothing (the shadow keeps only an empty covering part),
 //!   so with all of a partition's parts attached, the shadow holds either all planned rows
@@ -1199,8 +1202,10 @@ pub struct PartFacts {
     pub in_detached: bool,
     /// `detached/attaching_<part>` exists: an ATTACH holds it, or a crashed server left it.
     pub attaching_leftover: bool,
-    /// An active part of the attach table has the part's `hash_of_all_files`.
-    pub hash_active_in_attach_table: bool,
+    /// The ledger was read *after* the table was observed. A commit records `attach:<part>`
+    /// before it sends ATTACH, so a part that left `detached/` before the observation has its
+    /// intent in any ledger read made after it; a read made before may simply be too old.
+    pub ledger_read_after_observation: bool,
 }
 
 /// What to do about one planned part.
@@ -1215,11 +1220,21 @@ pub enum PartStep {
     Attach,
     /// An ATTACH holds the part (`attaching_` leftover): touch nothing, observe again later.
     Wait,
-    /// Gone without a trace: report [`PartLost`].
+    /// Gone, and the ledger read is older than the observation: read the ledger again (a
+    /// concurrent commit may have attached it meanwhile) and decide with that read.
+    ReadLedger,
+    /// Gone without a trace, even in a ledger read made after the observation: report
+    /// [`PartLost`].
     Lost,
 }
 
 /// Decides the next step for one planned part (see the module doc for why it is safe).
+///
+/// Only the ledger says a part was attached: an active part with the same
+/// `hash_of_all_files` is no proof (identical rows loaded twice have identical parts), and a
+/// part is lost only when a ledger read taken after the observation still holds no intent for
+/// it, so a merge or MOVE of an attached part, or a ledger read that predates a concurrent
+/// commit's work, never makes it look lost.
 pub fn decide_part(facts: &PartFacts) -> PartStep {
     if facts.recorded_attached {
         PartStep::Skip
@@ -1227,8 +1242,10 @@ pub fn decide_part(facts: &PartFacts) -> PartStep {
         PartStep::Wait
     } else if facts.in_detached {
         PartStep::Attach
-    } else if facts.attach_intent || facts.hash_active_in_attach_table {
+    } else if facts.attach_intent {
         PartStep::RecordAttached
+    } else if !facts.ledger_read_after_observation {
+        PartStep::ReadLedger
     } else {
         PartStep::Lost
     }
@@ -1236,7 +1253,7 @@ pub fn decide_part(facts: &PartFacts) -> PartStep {
 
 /// A planned part that was removed from `detached/` without being attached.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("load {load} partition {partition} attempt {attempt}: part {part} is lost: it is not in detached/, no ATTACH holds it, no attach was ever recorded and no active part of the table has its hash {hash}; something removed it (a manual DROP DETACHED, or gc run against an open load). The load cannot be committed as planned: abort it (`chpart abort --force` once a commit claimed it; rows already attached stay visible) and load again")]
+#[error("load {load} partition {partition} attempt {attempt}: part {part} (hash {hash}) is lost: it is not in detached/, no ATTACH holds it, and the ledger, read after looking, records no attach of it; something removed it (a manual DROP DETACHED, or gc run against an open load). The load cannot be committed as planned: abort it (`chpart abort --force` once a commit claimed it; rows already attached stay visible) and load again")]
 pub struct PartLost {
     /// The load.
     pub load: LoadId,

@@ -524,6 +524,10 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
 }
 
 /// Checks every winning part that is still waiting in detached/ against its manifest.
+///
+/// A winning part found neither in `detached/` nor held by an ATTACH is only "not published"
+/// if a ledger read made after this observation records no attach of it: `progress` may be
+/// older than a concurrent commit that attached it meanwhile.
 async fn verify_waiting_parts(
     env: &CommitEnv<'_>,
     spec: &LoadSpec,
@@ -533,19 +537,27 @@ async fn verify_waiting_parts(
     data_path: &RemotePath,
 ) -> Result<(), CommitError> {
     let observed = table_parts(env.ledger.server(), &spec.publish).await?;
+    let mut fresh: Option<CommitProgress> = None;
     for manifest in winners.manifests().values() {
         for part in &manifest.parts {
             let name = part.name.to_string();
-            if progress.attached.contains(&part.name)
-                || progress.attach_intents.contains(&part.name)
-            {
+            let handled = |p: &CommitProgress| {
+                p.attached.contains(&part.name) || p.attach_intents.contains(&part.name)
+            };
+            if handled(progress) {
                 continue;
             }
             if !observed.detached.contains(&name) {
-                if observed.attaching.contains(&name)
-                    || observed.active_hashes.contains_key(&part.hash_of_all_files)
-                {
-                    continue; // being attached or attached by a concurrent commit: decided later
+                if observed.attaching.contains(&name) {
+                    continue; // an ATTACH holds it: decided later
+                }
+                if fresh.is_none() {
+                    fresh = Some(progress_of(
+                        &env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?,
+                    ));
+                }
+                if fresh.as_ref().is_some_and(handled) {
+                    continue; // a concurrent commit attached it: decided later
                 }
                 return Err(CommitError::NotPublished {
                     load: spec.load.clone(),
@@ -578,27 +590,56 @@ async fn attach_parts(
 ) -> Result<usize, CommitError> {
     let server = env.ledger.server();
     let mut attached = 0;
+    // Parts whose ATTACH failed in the previous round, with the error: decided from this
+    // round's observation (see `after_failed_attach`).
+    let mut failed: Vec<(chpart_core::PartName, ServerError)> = Vec::new();
     for round in 0..MAX_ROUNDS {
         let observed = table_parts(server, &spec.publish).await?;
+        for (part, error) in failed.drain(..) {
+            let name = part.to_string();
+            let left = !observed.detached.contains(&name) || observed.attaching.contains(&name);
+            if after_failed_attach(left, error.class(false)) == AfterFailedAttach::Fail {
+                return Err(error.into());
+            }
+            tracing::warn!(
+                "ATTACH PART {part}: {error}; deciding again from what the server shows"
+            );
+        }
+        // Decide from the ledger as last read; a part that looks lost is decided again from
+        // a ledger read made after this observation.
+        let mut fresh = false;
+        let steps = loop {
+            let steps: Vec<(&chpart_core::commit::PlannedPart, PartStep)> = plan
+                .parts
+                .iter()
+                .map(|part| {
+                    let name = part.name.to_string();
+                    let facts = PartFacts {
+                        recorded_attached: progress.attached.contains(&part.name),
+                        attach_intent: progress.attach_intents.contains(&part.name),
+                        in_detached: observed.detached.contains(&name),
+                        attaching_leftover: observed.attaching.contains(&name),
+                        ledger_read_after_observation: fresh,
+                    };
+                    (part, decide_part(&facts))
+                })
+                .collect();
+            if fresh || !steps.iter().any(|(_, s)| *s == PartStep::ReadLedger) {
+                break steps;
+            }
+            *progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?);
+            fresh = true;
+        };
         let mut waiting = None;
         let mut vanished = Vec::new();
         let mut to_attach = Vec::new();
-        for part in &plan.parts {
-            let name = part.name.to_string();
-            let facts = PartFacts {
-                recorded_attached: progress.attached.contains(&part.name),
-                attach_intent: progress.attach_intents.contains(&part.name),
-                in_detached: observed.detached.contains(&name),
-                attaching_leftover: observed.attaching.contains(&name),
-                hash_active_in_attach_table: observed
-                    .active_hashes
-                    .contains_key(&part.hash_of_all_files),
-            };
-            match decide_part(&facts) {
+        for (part, step) in steps {
+            match step {
                 PartStep::Skip => {}
                 PartStep::RecordAttached => vanished.push(CommitEntry::Attached(part.name.clone())),
                 PartStep::Attach => to_attach.push(part.name.clone()),
-                PartStep::Wait => waiting = Some(name),
+                PartStep::Wait => waiting = Some(part.name.to_string()),
+                PartStep::ReadLedger => unreachable!("decided again from a fresh ledger read"),
                 PartStep::Lost => {
                     return Err(CommitError::PartLost(Box::new(PartLost::new(plan, part))))
                 }
@@ -612,16 +653,14 @@ async fn attach_parts(
                 .map(CommitEntry::AttachIntent)
                 .collect();
             record_many(env, &spec.load, progress, intents, kind::ATTACH_INTENT).await?;
-            let (done, unclear, failure) = attach_batch(server, &spec.publish, batch).await;
+            let (done, errors) = attach_batch(server, &spec.publish, batch).await;
             attached += done.len();
             let outcomes = done.into_iter().map(CommitEntry::Attached).collect();
             record_many(env, &spec.load, progress, outcomes, kind::PART_ATTACHED).await?;
-            if let Some(e) = failure {
-                return Err(e.into());
+            if let Some((part, _)) = errors.first() {
+                waiting = Some(part.to_string());
             }
-            if let Some(name) = unclear {
-                waiting = Some(name);
-            }
+            failed.extend(errors);
         }
         match waiting {
             None => return Ok(attached),
@@ -637,28 +676,24 @@ async fn attach_parts(
     unreachable!("the loop returns by its last round")
 }
 
-/// Sends `ATTACH PART` for each part, [`ATTACH_CONCURRENCY`] at a time. Returns the parts
-/// attached, one whose outcome is unclear (claimed by a concurrent commit: "not found"; or the
-/// connection broke), and the first other error. Unclear outcomes are never resent: the next
-/// observation decides them.
+/// Sends `ATTACH PART` for each part, [`ATTACH_CONCURRENCY`] at a time (no new ones after the
+/// first error). Returns the parts attached and the parts whose ATTACH failed, with the error.
+/// A failed ATTACH is never resent blindly: its outcome is decided by the next observation
+/// ([`after_failed_attach`]).
 async fn attach_batch(
     server: &chpart_server::Server,
     table: &TableRef,
     batch: &[chpart_core::PartName],
 ) -> (
     Vec<chpart_core::PartName>,
-    Option<String>,
-    Option<ServerError>,
+    Vec<(chpart_core::PartName, ServerError)>,
 ) {
-    let (mut done, mut unclear, mut failure) = (Vec::new(), None, None);
+    let (mut done, mut failed) = (Vec::new(), Vec::new());
     let mut pending = batch.iter();
     let mut running = tokio::task::JoinSet::new();
     loop {
-        while running.len() < ATTACH_CONCURRENCY {
+        while running.len() < ATTACH_CONCURRENCY && failed.is_empty() {
             let Some(part) = pending.next() else { break };
-            if failure.is_some() {
-                break;
-            }
             crash_point("before-attach");
             let (server, part) = (server.clone(), part.clone());
             let (db, name) = (table.database.to_string(), table.table.to_string());
@@ -676,19 +711,35 @@ async fn attach_batch(
                 crash_point("after-attach");
                 done.push(part);
             }
-            Err(e)
-                if e.code() == Some(233)
-                    || e.class(false) == chpart_server::ErrorClass::Unknown =>
-            {
-                tracing::warn!("ATTACH PART {part}: {e}; observing again before deciding");
-                unclear = Some(part.to_string());
-            }
-            Err(e) => {
-                failure.get_or_insert(e);
-            }
+            Err(e) => failed.push((part, e)),
         }
     }
-    (done, unclear, failure)
+    (done, failed)
+}
+
+/// What a failed ATTACH means, once the table has been observed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterFailedAttach {
+    /// Decide the part again from the observation: it may have been attached (by this ATTACH,
+    /// which the answer did not confirm, or by a concurrent commit), be held by an ATTACH in
+    /// flight, or still wait in `detached/` after a transient fault.
+    DecideAgain,
+    /// The server refused this part itself: report the error.
+    Fail,
+}
+
+/// A failed ATTACH whose part has left `detached/` (claimed: `attaching_<part>`, or gone) was
+/// racing another ATTACH of it (`Code: 233 ... not found`, or `Code: 1001 ... rename: No such
+/// file or directory` when two claims cross) or may have succeeded without the answer getting
+/// back: the observation decides, whatever the error. A part still waiting in `detached/` was
+/// not claimed by anyone: a transient fault or an unknown outcome (the connection broke before
+/// the server got to it) means trying again; any other error is the server refusing the part.
+fn after_failed_attach(left_detached: bool, class: chpart_server::ErrorClass) -> AfterFailedAttach {
+    use chpart_server::ErrorClass::{Permanent, Transient, Unknown};
+    match (left_detached, class) {
+        (true, _) | (false, Transient | Unknown) => AfterFailedAttach::DecideAgain,
+        (false, Permanent) => AfterFailedAttach::Fail,
+    }
 }
 
 /// After attaching into a shadow table: its rows per partition are exactly the plan's (the
@@ -872,4 +923,57 @@ async fn publish_partitions(
         load: spec.load.clone(),
         part: "(a partition that does not settle)".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chpart_server::ErrorClass::{Permanent, Transient, Unknown};
+
+    #[test]
+    fn after_failed_attach_table() {
+        use AfterFailedAttach::*;
+        // (situation, part left detached/ by the next observation, error class, decision)
+        let rows = [
+            (
+                "a concurrent ATTACH claimed it first (233 not found)",
+                true,
+                Permanent,
+                DecideAgain,
+            ),
+            (
+                "two claims crossed (1001 rename: no such file)",
+                true,
+                Permanent,
+                DecideAgain,
+            ),
+            (
+                "timed out, but the server attached it",
+                true,
+                Unknown,
+                DecideAgain,
+            ),
+            (
+                "connection broke before the server got it",
+                false,
+                Unknown,
+                DecideAgain,
+            ),
+            (
+                "server busy (too many parts)",
+                false,
+                Transient,
+                DecideAgain,
+            ),
+            (
+                "the server refuses the part (bad checksums)",
+                false,
+                Permanent,
+                Fail,
+            ),
+        ];
+        for (row, left, class, want) in rows {
+            assert_eq!(after_failed_attach(left, class), want, "{row}");
+        }
+    }
 }

@@ -762,16 +762,15 @@ fn progress_from_entry_ids() {
 #[test]
 fn decide_part_table() {
     use PartStep::*;
-    let f = |recorded_attached, attach_intent, in_detached, attaching_leftover, hash_active| {
-        PartFacts {
-            recorded_attached,
-            attach_intent,
-            in_detached,
-            attaching_leftover,
-            hash_active_in_attach_table: hash_active,
-        }
+    let f = |recorded_attached, attach_intent, in_detached, attaching_leftover, fresh| PartFacts {
+        recorded_attached,
+        attach_intent,
+        in_detached,
+        attaching_leftover,
+        ledger_read_after_observation: fresh,
     };
-    // (situation, facts: recorded, intent, in detached, attaching_ leftover, hash active)
+    // (situation, facts: recorded, intent, in detached, attaching_ leftover, ledger read after
+    // the observation)
     let rows = [
         ("not started", f(false, false, true, false, false), Attach),
         (
@@ -781,7 +780,7 @@ fn decide_part_table() {
         ),
         (
             "ATTACH failed before claiming it",
-            f(false, true, true, false, false),
+            f(false, true, true, false, true),
             Attach,
         ),
         ("ATTACH in flight", f(false, true, false, true, false), Wait),
@@ -791,35 +790,30 @@ fn decide_part_table() {
             Wait,
         ),
         (
-            "attached, not recorded",
-            f(false, true, false, false, true),
-            RecordAttached,
-        ),
-        (
-            "attached, then merged or moved",
+            "attached (then perhaps merged or moved), not recorded",
             f(false, true, false, false, false),
             RecordAttached,
         ),
-        (
-            "attached by a commit that lost its intent",
-            f(false, false, false, false, true),
-            RecordAttached,
-        ),
-        ("recorded", f(true, true, false, false, true), Skip),
+        ("recorded", f(true, true, false, false, false), Skip),
         (
             "recorded, then moved away",
-            f(true, true, false, false, false),
+            f(true, true, false, false, true),
             Skip,
         ),
         (
-            "removed by someone",
+            "gone, ledger read before the observation: a concurrent commit may have attached it",
             f(false, false, false, false, false),
-            Lost,
+            ReadLedger,
         ),
         (
-            "identical content attached, this copy still detached",
-            f(false, false, true, false, true),
-            Attach,
+            "a concurrent commit attached, moved and merged it after our ledger read",
+            f(false, false, false, false, false),
+            ReadLedger,
+        ),
+        (
+            "gone, and a ledger read after the observation has no intent: removed by someone",
+            f(false, false, false, false, true),
+            Lost,
         ),
         (
             "a copy re-published while another ATTACH holds one",
@@ -832,7 +826,8 @@ fn decide_part_table() {
     }
     // Every combination: ATTACH is sent only for a part sitting in detached/ that no ATTACH
     // holds and that is not recorded; a part is recorded attached only once it left detached/
-    // without a leftover and with evidence of an ATTACH.
+    // without a leftover and with an intent; it is lost only by a ledger read made after the
+    // observation.
     for bits in 0..32u8 {
         let facts = f(
             bits & 1 != 0,
@@ -851,14 +846,22 @@ fn decide_part_table() {
         }
         if step == RecordAttached {
             assert!(!facts.in_detached && !facts.attaching_leftover, "{facts:?}");
-            assert!(
-                facts.attach_intent || facts.hash_active_in_attach_table,
-                "{facts:?}"
-            );
+            assert!(facts.attach_intent, "{facts:?}");
         }
         if step == Wait {
             assert!(
                 facts.attaching_leftover && !facts.recorded_attached,
+                "{facts:?}"
+            );
+        }
+        if step == Lost || step == ReadLedger {
+            assert!(
+                !facts.in_detached && !facts.attaching_leftover && !facts.attach_intent,
+                "{facts:?}"
+            );
+            assert_eq!(
+                step == Lost,
+                facts.ledger_read_after_observation,
                 "{facts:?}"
             );
         }
@@ -887,11 +890,11 @@ fn part_lost_message() {
     let p = plan(Visibility::Part, Mode::Append);
     let msg = PartLost::new(&p, &p.parts[1]).to_string();
     let want = format!(
-        "load L partition 1 attempt app.7: part {} is lost: it is not in detached/",
-        p.parts[1].name
+        "load L partition 1 attempt app.7: part {} (hash {}) is lost: it is not in detached/",
+        p.parts[1].name, p.parts[1].hash_of_all_files
     );
     assert!(msg.starts_with(&want), "{msg}");
-    assert!(msg.contains(&p.parts[1].hash_of_all_files), "{msg}");
+    assert!(msg.contains("records no attach of it"), "{msg}");
 }
 
 #[test]
@@ -1533,6 +1536,37 @@ fn concurrent_attach_table() {
             false,
         ),
         (
+            "B read the ledger, then A attached it, moved it and it merged: B reads again",
+            vec![
+                Read('B'),
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Finish,
+                MergeAll,
+                ObserveOld('B', ReadLedger),
+                Observe('B', RecordAttached),
+                Record('B'),
+            ],
+            1,
+            false,
+        ),
+        (
+            "B read the ledger after A recorded it attached: B skips it",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Finish,
+                Observe('A', RecordAttached),
+                Record('A'),
+                Read('B'),
+                ObserveOld('B', Skip),
+            ],
+            1,
+            false,
+        ),
+        (
             "A recorded it, B comes late",
             vec![
                 Observe('A', Attach),
@@ -1567,7 +1601,7 @@ proptest! {
     fn racing_commits_attach_each_part_once(
         visibility in prop::sample::select(vec![Visibility::Partition, Visibility::Part]),
         mode in prop::sample::select(vec![Mode::Append, Mode::Replace]),
-        schedule in prop::collection::vec(0u8..8, 0..160),
+        schedule in prop::collection::vec(0u8..10, 0..160),
     ) {
         let plan = plan(visibility, mode);
         sim::race_randomly(&plan, &schedule);
