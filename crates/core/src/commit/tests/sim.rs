@@ -110,13 +110,6 @@ impl World {
         }
     }
 
-    fn attach_table(&self) -> &Vec<Active> {
-        match self.visibility {
-            Visibility::Part => &self.target,
-            Visibility::Partition => &self.shadow,
-        }
-    }
-
     fn attach_table_mut(&mut self) -> &mut Vec<Active> {
         match self.visibility {
             Visibility::Part => &mut self.target,
