@@ -149,9 +149,11 @@ pub struct CommitArgs {
     /// The load id given to `chpart begin`.
     #[arg(long, value_name = "LOAD_ID")]
     pub load: String,
-    /// The winning manifests as JSON lines (a file, or - for stdin).
+    /// The winning manifests as JSON lines (a file, or - for stdin). Needed by the first
+    /// commit of a load; without it, a commit whose plan is recorded resumes from the ledger
+    /// alone (on any machine with the same config).
     #[arg(long, value_name = "FILE|-")]
-    pub winners: PathBuf,
+    pub winners: Option<PathBuf>,
     /// Must equal the load's visibility (chosen at `begin`); a safety check for scripts.
     #[arg(long, value_enum)]
     pub visibility: Option<VisibilityArg>,

@@ -40,7 +40,7 @@ fn read_winners(path: &std::path::Path) -> Result<Vec<(usize, String)>, Failure>
 
 pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
     let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
-    let winners = read_winners(&args.winners)?;
+    let winners = args.winners.as_deref().map(read_winners).transpose()?;
     let driver = driver_env(&args.config)?;
     let env = CommitEnv {
         ledger: &driver.ledger,

@@ -682,6 +682,11 @@ pub struct CommitPlan {
     /// The winner of each Spark partition, sorted by partition (including winners without
     /// parts).
     pub winners: Vec<(u32, AttemptId)>,
+    /// The winners' manifests as JSON lines ([`Manifest::to_json_line`]), in Spark partition
+    /// order: everything a commit resumed without the winners file needs (the files and
+    /// digests of every part). Empty in plans recorded before chpart kept them.
+    #[serde(default)]
+    pub manifests: Vec<String>,
 }
 
 /// A recorded plan that cannot be used.
@@ -740,6 +745,11 @@ impl CommitPlan {
             partitions,
             total_rows,
             winners: winners_list,
+            manifests: winners
+                .manifests()
+                .values()
+                .map(Manifest::to_json_line)
+                .collect(),
         }
     }
 
@@ -809,7 +819,34 @@ impl CommitPlan {
                 p.name, p.attempt, p.partition
             )));
         }
+        if !plan.manifests.is_empty() {
+            let mut of_manifests = Vec::new();
+            for (i, line) in plan.manifests.iter().enumerate() {
+                let m = Manifest::from_json(line).map_err(|e| {
+                    inconsistent(format!("manifest {} of the plan does not read: {e}", i + 1))
+                })?;
+                of_manifests.push((m.attempt.partition, m.attempt.id));
+            }
+            if of_manifests != plan.winners {
+                return Err(inconsistent(
+                    "its manifests are not those of its winners".into(),
+                ));
+            }
+        }
         Ok(plan)
+    }
+
+    /// The winning manifests as numbered lines, as a winners file would give them: what a
+    /// commit resumed from the ledger alone validates again. `None` for a plan recorded
+    /// before chpart kept the manifests in it.
+    pub fn winner_lines(&self) -> Option<Vec<(usize, String)>> {
+        (!self.manifests.is_empty() || self.winners.is_empty()).then(|| {
+            self.manifests
+                .iter()
+                .enumerate()
+                .map(|(i, line)| (i + 1, line.clone()))
+                .collect()
+        })
     }
 
     /// `sha256:<hex>` of [`CommitPlan::to_json`]: equal plans have equal fingerprints.
@@ -881,6 +918,16 @@ pub enum PlanConflict {
         recorded: Option<AttemptId>,
         /// The new winner, if any.
         new: Option<AttemptId>,
+    },
+    /// Same winners and parts, but a manifest's files or digests differ from the recorded one.
+    #[error("load {load} partition {partition}: the manifest of attempt {attempt} differs from the one recorded in the plan (files or digests changed); pass the manifests the first commit was given, or resume without --winners")]
+    Manifest {
+        /// The load.
+        load: LoadId,
+        /// The Spark partition.
+        partition: u32,
+        /// The attempt.
+        attempt: AttemptId,
     },
     /// Same winners, but a part differs (a manifest was changed after the first commit).
     #[error("load {load} partition {partition} attempt {attempt}: part {part} {detail}; the manifests changed since the plan was recorded")]
@@ -991,6 +1038,22 @@ pub fn plan_matches(recorded: &CommitPlan, new: &CommitPlan) -> Result<(), PlanC
             n,
             "is in this commit's manifests but not in the recorded plan".into(),
         ));
+    }
+    // The winners are equal by now, so both plans list one manifest per winner, in order.
+    if !recorded.manifests.is_empty() {
+        if let Some(i) = recorded
+            .manifests
+            .iter()
+            .zip(&new.manifests)
+            .position(|(r, n)| r != n)
+        {
+            let (partition, attempt) = recorded.winners[i].clone();
+            return Err(PlanConflict::Manifest {
+                load: load(),
+                partition,
+                attempt,
+            });
+        }
     }
     Ok(())
 }

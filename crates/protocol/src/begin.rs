@@ -208,9 +208,10 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
     };
     let body = serde_json::to_string(&spec).expect("a LoadSpec serializes");
     ledger
-        .append(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body)
+        .append_once(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body)
         .await?;
-    // Read back: if another `begin` of the same load won the race, its spec is the load's.
+    // Read back: if another `begin` of the same load won the race, its spec is the load's
+    // (the server kept only the first spec written).
     let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
     match view.spec {
         Some(winner) if winner == spec => Ok(BeginOutcome::Opened(spec)),

@@ -49,8 +49,9 @@ pub struct CommitRequest {
     /// The load.
     pub load: LoadId,
     /// The winning manifests as (line number, JSON text): exactly what the tasks printed and
-    /// `collect()` returned.
-    pub winners: Vec<(usize, String)>,
+    /// `collect()` returned. `None` resumes a load whose plan is recorded from the ledger
+    /// alone (the plan holds the winners' manifests), on any machine.
+    pub winners: Option<Vec<(usize, String)>>,
     /// How parts are compared with their manifests before anything becomes visible.
     pub verify: Verify,
     /// Spark partitions 0..n must all have a winner.
@@ -137,6 +138,18 @@ pub enum CommitError {
         load: LoadId,
         /// The first difference.
         conflict: Box<PlanConflict>,
+    },
+    /// Resuming without winners needs a recorded plan.
+    #[error("load {load}: no commit plan is recorded yet, so there is nothing to resume: the first commit of a load needs --winners (the manifests collect() returned)")]
+    NoPlan {
+        /// The load.
+        load: LoadId,
+    },
+    /// A plan recorded before plans kept their manifests cannot be resumed without winners.
+    #[error("load {load}: its commit plan was recorded by an older chpart without the winners' manifests: resume it with --winners (the same file the first commit was given)")]
+    PlanWithoutManifests {
+        /// The load.
+        load: LoadId,
     },
     /// The recorded plan cannot be read.
     #[error("load {load}: the recorded plan: {error}")]
@@ -229,7 +242,9 @@ impl CommitError {
     pub fn kind(&self) -> FailureKind {
         match self {
             CommitError::Aborted(_) => FailureKind::Fenced,
-            CommitError::VisibilityMismatch { .. } => FailureKind::Usage,
+            CommitError::VisibilityMismatch { .. }
+            | CommitError::NoPlan { .. }
+            | CommitError::PlanWithoutManifests { .. } => FailureKind::Usage,
             CommitError::Server(e) => crate::server_failure(e),
             CommitError::Ledger(e) => e.kind(),
             CommitError::Stuck { .. } | CommitError::PendingMutations { .. } => {
@@ -406,13 +421,26 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         staging: env.staging.clone(),
         host: spec.host.clone(),
     };
-    let winners = validate_winners(
-        &load,
-        &expected,
-        &req.winners,
-        req.expected_partitions,
-        req.allow_missing,
-    )
+    let winners = match &req.winners {
+        Some(lines) => validate_winners(
+            &load,
+            &expected,
+            lines,
+            req.expected_partitions,
+            req.allow_missing,
+        ),
+        // Resumed from the ledger: the plan's manifests are validated again (against this
+        // load, its tables and this config's staging) but need not cover every partition:
+        // the first commit checked that, and they are the plan whatever is asked now.
+        None => {
+            let recorded = recorded_plan(&view, &load)?
+                .ok_or_else(|| CommitError::NoPlan { load: load.clone() })?;
+            let lines = recorded
+                .winner_lines()
+                .ok_or_else(|| CommitError::PlanWithoutManifests { load: load.clone() })?;
+            validate_winners(&load, &expected, &lines, None, true)
+        }
+    }
     .map_err(|e| CommitError::Winners(Box::new(e)))?;
     let new_plan = CommitPlan::from_winners(&winners, spec.visibility, spec.mode);
 
@@ -435,11 +463,12 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
             recorded
         }
         None => {
+            // One plan per load: the server keeps the first plan written and this commit goes
+            // on only if that is its own (another driver may be committing other winners).
             env.ledger
-                .append(&load, PLAN_ENTRY, kind::COMMIT_PLANNED, &new_plan.to_json())
+                .append_once(&load, PLAN_ENTRY, kind::COMMIT_PLANNED, &new_plan.to_json())
                 .await?;
             crash_point("after-plan");
-            // Another commit may have recorded its plan first: the first one counts.
             let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
             let recorded = recorded_plan(&view, &load)?.unwrap_or_else(|| new_plan.clone());
             plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {

@@ -505,7 +505,7 @@ fn plan_json_round_trip_and_pinned_fingerprint() {
         "{json}"
     );
     assert!(
-        json.ends_with(r#""winners":[[0,"app.1"],[1,"app.7"],[2,"app.9"]]}"#),
+        json.contains(r#""winners":[[0,"app.1"],[1,"app.7"],[2,"app.9"]],"manifests":["{"#),
         "{json}"
     );
     assert_eq!(CommitPlan::from_json(&json).unwrap(), p);
@@ -519,7 +519,7 @@ fn plan_json_round_trip_and_pinned_fingerprint() {
     assert_eq!(p.fingerprint(), PINNED_PLAN);
 }
 
-const PINNED_PLAN: &str = "sha256:ee70a7fe648f850431df44d9fef8a58304e12bd5bd51a1ae77a09f1c33174759";
+const PINNED_PLAN: &str = "sha256:01bd732ecf6ed9d479dc5d1cfccb6e8f79070cbe87ee4c07bdb8c8fc371fb7c4";
 
 #[test]
 fn recorded_plan_consistency_table() {
@@ -577,6 +577,21 @@ fn recorded_plan_consistency_table() {
             "a part of a loser",
             |v| v["winners"][1][1] = "app.8".into(),
             Err("is of attempt app.7 for partition 1, which is not that partition's winner"),
+        ),
+        (
+            "a manifest left out",
+            |v| _ = v["manifests"].as_array_mut().unwrap().pop(),
+            Err("its manifests are not those of its winners"),
+        ),
+        (
+            "a manifest that does not read",
+            |v| v["manifests"][1] = "{}".into(),
+            Err("manifest 2 of the plan does not read"),
+        ),
+        (
+            "recorded before plans kept their manifests",
+            |v| _ = v.as_object_mut().unwrap().remove("manifests"),
+            Ok(()),
         ),
         (
             "written by a newer chpart",
@@ -646,6 +661,15 @@ fn plan_matches_table() {
                 from(&[m, m1(), m2()])
             },
             Err("was recorded with 50 rows, 62 bytes, hash "),
+        ),
+        (
+            "a file's digest edited since, parts unchanged",
+            {
+                let mut m = m0();
+                m.parts[1].files[0].sha256 = "0".repeat(64);
+                from(&[m, m1(), m2()])
+            },
+            Err("load L partition 0: the manifest of attempt app.1 differs from the one recorded in the plan"),
         ),
         (
             "a part dropped from a manifest",
