@@ -168,6 +168,10 @@ fn bad_winners_are_refused_before_anything_is_attached() {
     let mut forged = built[0][1].clone();
     forged.parts = built[0][0].parts.clone();
     let forged_line = forged.to_json_line();
+    // A winners line whose rows were edited (the load would report rows the table lacks).
+    let mut more_rows = built[1][0].clone();
+    more_rows.parts[0].rows += 1;
+    let more_rows_line = more_rows.to_json_line();
 
     let cases: Vec<(&str, Vec<String>, Vec<&str>, &str)> = vec![
         (
@@ -199,6 +203,12 @@ fn bad_winners_are_refused_before_anything_is_attached() {
             "app-b.0",
         ),
         (
+            "rows edited in a winners line",
+            vec![built[0][0].to_json_line(), more_rows_line],
+            vec![],
+            "but its count.txt",
+        ),
+        (
             "not a manifest",
             vec!["{\"hello\": 1}".into(), built[1][0].to_json_line()],
             vec![],
@@ -222,7 +232,8 @@ fn bad_winners_are_refused_before_anything_is_attached() {
         );
     }
 
-    // A part changed after upload (same size): sizes pass, --verify full refuses it.
+    // A part changed after upload (same size): sizes pass, the default for part visibility
+    // (--verify full) refuses it.
     let victim = &built[1][0].parts[0];
     let path = std::path::Path::new(built[1][0].target.data_path.as_str())
         .join("detached")
@@ -233,7 +244,7 @@ fn bad_winners_are_refused_before_anything_is_attached() {
     bytes[last] ^= 0xff;
     std::fs::write(&path, bytes).unwrap();
     let file = winners_file(&s, "w.jsonl", &[&built[0][0], &built[1][0]]);
-    let out = commit(&s, "cr-1", &file, &["--verify", "full"], None);
+    let out = commit(&s, "cr-1", &file, &[], None);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert!(
         text(&out).contains("data.bin") && text(&out).contains("changed after upload"),
@@ -244,6 +255,42 @@ fn bad_winners_are_refused_before_anything_is_attached() {
         ch.q(&format!("SELECT count() FROM {}", s.table)).trim(),
         "0"
     );
+}
+
+/// Partition visibility checks content by default: a byte flipped in a waiting part (sizes
+/// unchanged, so ATTACH itself would accept it and every later query of the table would fail
+/// with `Code: 40`) is found by the server's CHECK TABLE of the shadow before anything is
+/// visible; a resumed commit checks again.
+#[test]
+fn a_changed_part_is_refused_before_anything_is_visible() {
+    let ch = shared();
+    let s = Setup::new(ch, "commit_check_table");
+    let load = "check-1";
+    let built = build_load(&s, load, &[], 2, &["app-a"]);
+    let victim = &built[1][0].parts[0];
+    let path = std::path::Path::new(built[1][0].target.data_path.as_str())
+        .join("detached")
+        .join(victim.name.to_string())
+        .join("data.bin");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&path, bytes).unwrap();
+    let file = winners_file(&s, "w.jsonl", &[&built[0][0], &built[1][0]]);
+    for run in 0..2 {
+        let out = commit(&s, load, &file, &[], None);
+        assert_eq!(out.status.code(), Some(4), "run {run}: {}", text(&out));
+        assert!(
+            text(&out).contains("CHECK TABLE fails part") && text(&out).contains("Checksum"),
+            "run {run}: {}",
+            text(&out)
+        );
+        assert_eq!(
+            ch.q(&format!("SELECT count() FROM {}", s.table)).trim(),
+            "0",
+            "run {run}: rows became visible"
+        );
+    }
 }
 
 #[test]

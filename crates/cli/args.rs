@@ -136,9 +136,14 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum VerifyArg {
-    /// Every file present with its manifest size (metadata only).
+    /// `server` with partition visibility, `full` with part visibility.
+    Auto,
+    /// Every file present with its manifest size (metadata only): no content check.
     Sizes,
-    /// Every file's sha256 recomputed on the host (reads all bytes back).
+    /// Sizes on the host, then CHECK TABLE of the shadow and every part's hash before any
+    /// partition is published (partition visibility only).
+    Server,
+    /// Every file's sha256 recomputed on the host before ATTACH (reads all bytes back).
     Full,
 }
 
@@ -158,7 +163,7 @@ pub struct CommitArgs {
     #[arg(long, value_enum)]
     pub visibility: Option<VisibilityArg>,
     /// How parts are compared with their manifests before anything becomes visible.
-    #[arg(long, value_enum, default_value = "sizes")]
+    #[arg(long, value_enum, default_value = "auto")]
     pub verify: VerifyArg,
     /// The job's number of partitions: 0..N must each have a winner (else a gap in the
     /// partition numbers seen counts as missing).

@@ -51,8 +51,10 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
         load: load.clone(),
         winners,
         verify: match args.verify {
-            VerifyArg::Sizes => Verify::Sizes,
-            VerifyArg::Full => Verify::Full,
+            VerifyArg::Auto => None,
+            VerifyArg::Sizes => Some(Verify::Sizes),
+            VerifyArg::Server => Some(Verify::Server),
+            VerifyArg::Full => Some(Verify::Full),
         },
         expected_partitions: args.partitions,
         allow_missing: args.allow_missing_partitions,

@@ -508,13 +508,19 @@ pub fn validate_winners<S: AsRef<str>>(
 ) -> Result<Winners, WinnersError> {
     let mut problems = Vec::new();
     let mut read: Vec<(usize, Manifest)> = Vec::new();
+    // Partitions named by lines that could not be read: already reported, not "missing".
+    let mut unreadable: BTreeSet<u32> = BTreeSet::new();
     for (line, text) in winners {
         let (line, text) = (*line, text.as_ref());
         match Manifest::from_json(text) {
-            Err(e) => problems.push(WinnerProblem::Invalid {
-                origin: peek_origin(line, text),
-                message: e.to_string(),
-            }),
+            Err(e) => {
+                let origin = peek_origin(line, text);
+                unreadable.extend(origin.partition);
+                problems.push(WinnerProblem::Invalid {
+                    origin,
+                    message: e.to_string(),
+                })
+            }
             Ok(m) => {
                 let origin = LineOrigin {
                     line,
@@ -583,10 +589,11 @@ pub fn validate_winners<S: AsRef<str>>(
         }
     }
 
+    let present = |p: &u32| by_partition.contains_key(p) || unreadable.contains(p);
     if !allow_missing {
         match expected_partitions {
             Some(n) => {
-                for partition in (0..n).filter(|p| !by_partition.contains_key(p)) {
+                for partition in (0..n).filter(|p| !present(p)) {
                     problems.push(WinnerProblem::Missing {
                         partition,
                         expected: format!("the job has partitions 0..{n}"),
@@ -595,7 +602,7 @@ pub fn validate_winners<S: AsRef<str>>(
             }
             None => match by_partition.keys().next_back() {
                 Some(&max) => {
-                    for partition in (0..=max).filter(|p| !by_partition.contains_key(p)) {
+                    for partition in (0..=max).filter(|p| !present(p)) {
                         problems.push(WinnerProblem::Missing {
                             partition,
                             expected: format!("winners were given for partitions up to {max}"),
@@ -1506,4 +1513,57 @@ pub fn reconcile_rows(
             diffs,
         })
     }
+}
+
+/// The parts attached into a partition are not exactly the planned ones.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("partition {partition_id}: {detail}")]
+pub struct HashMismatch {
+    /// The load.
+    pub load: LoadId,
+    /// The ClickHouse partition.
+    pub partition_id: PartitionId,
+    /// Which part differs, and how.
+    pub detail: String,
+}
+
+/// Checks, per ClickHouse partition of `plan`, that the active parts attached there
+/// (`attached_hashes`: their `hash_of_all_files`, the digest of each part's `checksums.txt`)
+/// are exactly the planned parts' (as a multiset: two planned parts with identical content
+/// have one hash). Only meaningful for a table that holds nothing but the load's parts and
+/// does not merge (the shadow). The first difference names a planned part that is missing
+/// (its `checksums.txt` changed, or it is not there) or a hash the plan does not have.
+pub fn reconcile_hashes(
+    plan: &CommitPlan,
+    attached_hashes: &BTreeMap<PartitionId, Vec<String>>,
+) -> Result<(), HashMismatch> {
+    for partition in &plan.partitions {
+        let id = &partition.partition_id;
+        let mut have: Vec<&str> = attached_hashes
+            .get(id)
+            .map(|h| h.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        let mismatch = |detail: String| HashMismatch {
+            load: plan.load.clone(),
+            partition_id: id.clone(),
+            detail,
+        };
+        for part in plan.parts.iter().filter(|p| &p.partition_id == id) {
+            match have.iter().position(|h| *h == part.hash_of_all_files) {
+                Some(i) => _ = have.swap_remove(i),
+                None => {
+                    return Err(mismatch(format!(
+                        "no attached part has the hash {} of part {} (attempt {}, Spark partition {}): its checksums.txt differs from what the builder wrote",
+                        part.hash_of_all_files, part.name, part.attempt, part.partition
+                    )))
+                }
+            }
+        }
+        if let Some(extra) = have.first() {
+            return Err(mismatch(format!(
+                "an attached part has hash {extra}, which no planned part has"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use chpart_core::commit::{
-    commit_phase, decide_part, decide_partition, plan_matches, reconcile_rows, validate_winners,
-    CommitEntry, CommitPhase, CommitPlan, CommitProgress, Expected, PartFacts, PartLost, PartStep,
-    PartitionBroken, PartitionFacts, PartitionStep, PlanConflict, PlanError, RowMismatch, Winners,
-    WinnersError, PLAN_ENTRY,
+    commit_phase, decide_part, decide_partition, plan_matches, reconcile_hashes, reconcile_rows,
+    validate_winners, CommitEntry, CommitPhase, CommitPlan, CommitProgress, Expected, PartFacts,
+    PartLost, PartStep, PartitionBroken, PartitionFacts, PartitionStep, PlanConflict, PlanError,
+    RowMismatch, Winners, WinnersError, PLAN_ENTRY,
 };
 use chpart_core::{AttemptId, LoadId, PartitionId, RemotePath, StagingLayout, TableRef};
 use chpart_remote::RemoteFs;
@@ -52,8 +52,9 @@ pub struct CommitRequest {
     /// `collect()` returned. `None` resumes a load whose plan is recorded from the ledger
     /// alone (the plan holds the winners' manifests), on any machine.
     pub winners: Option<Vec<(usize, String)>>,
-    /// How parts are compared with their manifests before anything becomes visible.
-    pub verify: Verify,
+    /// How parts are compared with their manifests before anything becomes visible; `None`
+    /// takes the default for the load's visibility ([`Verify::default_for`]).
+    pub verify: Option<Verify>,
     /// Spark partitions 0..n must all have a winner.
     pub expected_partitions: Option<u32>,
     /// Accept a load with partitions missing.
@@ -151,6 +152,25 @@ pub enum CommitError {
         /// The load.
         load: LoadId,
     },
+    /// `--verify server` needs a shadow table: with part visibility an attached part is visible.
+    #[error("load {load} has part visibility: parts attach straight into {table}, so the server cannot check them before they are visible; use --verify full (the default) or sizes")]
+    VerifyNeedsShadow {
+        /// The load.
+        load: LoadId,
+        /// The target.
+        table: TableRef,
+    },
+    /// The server found an attached part whose files do not match its checksums, or the
+    /// shadow holds parts other than the plan's.
+    #[error("load {load}: {problem} in the shadow table {table}; nothing of the load was made visible. Inspect the attempt's part (it may have been changed after it was built); abort the load and load again")]
+    PartCorrupt {
+        /// The load.
+        load: LoadId,
+        /// The shadow table.
+        table: TableRef,
+        /// What is wrong, naming the part.
+        problem: String,
+    },
     /// The recorded plan cannot be read.
     #[error("load {load}: the recorded plan: {error}")]
     Plan {
@@ -243,6 +263,7 @@ impl CommitError {
         match self {
             CommitError::Aborted(_) => FailureKind::Fenced,
             CommitError::VisibilityMismatch { .. }
+            | CommitError::VerifyNeedsShadow { .. }
             | CommitError::NoPlan { .. }
             | CommitError::PlanWithoutManifests { .. } => FailureKind::Usage,
             CommitError::Server(e) => crate::server_failure(e),
@@ -403,6 +424,13 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
             });
         }
     }
+    let verify = req.verify.unwrap_or(Verify::default_for(spec.visibility));
+    if verify == Verify::Server && spec.visibility == Visibility::Part {
+        return Err(CommitError::VerifyNeedsShadow {
+            load,
+            table: spec.target.clone(),
+        });
+    }
     let data_path = RemotePath::new(
         spec.publish_snapshot
             .data_paths
@@ -452,7 +480,7 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
     }
     check_tables(env, &load, &tables).await?;
     let mut progress = progress_of(&view);
-    verify_waiting_parts(env, &spec, &winners, &progress, req.verify, &data_path).await?;
+    verify_waiting_parts(env, &spec, &winners, &progress, verify, &data_path).await?;
 
     let plan = match recorded_plan(&view, &load)? {
         Some(recorded) => {
@@ -500,7 +528,14 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
                 attached_now += attach_parts(env, &spec, &plan, &mut progress).await?;
                 // Continue from the ledger as reconcile read it: a concurrent commit may have
                 // moved on meanwhile.
-                let (read, observed) = reconcile_attached(env, &spec, &plan).await?;
+                let (read, observed) = reconcile_attached(env, &spec, &plan, verify).await?;
+                progress = read;
+                observed_shadow = Some(observed);
+            }
+            CommitPhase::PublishPartitions { .. } if observed_shadow.is_none() => {
+                // Resumed with every part attached: what waits in the shadow is checked by
+                // this run too before any of it becomes visible.
+                let (read, observed) = reconcile_attached(env, &spec, &plan, verify).await?;
                 progress = read;
                 observed_shadow = Some(observed);
             }
@@ -783,6 +818,7 @@ async fn reconcile_attached(
     env: &CommitEnv<'_>,
     spec: &LoadSpec,
     plan: &CommitPlan,
+    verify: Verify,
 ) -> Result<(CommitProgress, TableParts), CommitError> {
     let observed = table_parts(env.ledger.server(), &spec.publish).await?;
     let progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?);
@@ -823,17 +859,39 @@ async fn reconcile_attached(
                 ..plan.clone()
             };
             reconcile_rows(&pending, &rows).map_err(|e| CommitError::Rows(Box::new(e)))?;
-        }
-        Visibility::Part => {
-            let missing = plan
-                .parts
+            let corrupt = |problem: String| CommitError::PartCorrupt {
+                load: spec.load.clone(),
+                table: spec.publish.clone(),
+                problem,
+            };
+            // The shadow's parts are exactly the plan's: each one's `checksums.txt` is the
+            // builder's (merges of the shadow are stopped until its partitions are published).
+            let observed_hashes: BTreeMap<PartitionId, Vec<String>> = pending
+                .partitions
                 .iter()
-                .filter(|p| !observed.active_hashes.contains_key(&p.hash_of_all_files))
-                .count();
-            if missing > 0 {
-                tracing::info!("{missing} attached part(s) were already merged into others; their rows are checked by hash no more");
+                .map(|p| {
+                    let pid = p.partition_id.as_str();
+                    let hashes = observed.hashes_by_partition.get(pid).cloned();
+                    (p.partition_id.clone(), hashes.unwrap_or_default())
+                })
+                .collect();
+            reconcile_hashes(&pending, &observed_hashes).map_err(|e| corrupt(e.to_string()))?;
+            if verify == Verify::Server && !pending.partitions.is_empty() {
+                // ... and every file of every part matches its `checksums.txt`.
+                let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
+                let checks = env.ledger.server().check_parts(db, table).await?;
+                if let Some(bad) = checks.iter().find(|c| !c.is_passed) {
+                    return Err(corrupt(format!(
+                        "the server's CHECK TABLE fails part {}: {}",
+                        bad.part_path, bad.message
+                    )));
+                }
             }
         }
+        // Part visibility: each part's rows were checked against its count.txt before it was
+        // attached (the manifest pins that file's digest) and its content on the host
+        // (`--verify full`); the target holds other rows, so there is nothing to add up here.
+        Visibility::Part => {}
     }
     Ok((progress, observed))
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::manifest::{FileEntry, PartEntry, Target};
+use crate::manifest::{count_txt_entry, FileEntry, PartEntry, Target};
 use crate::names::detached_part_name;
 use crate::testutil::expect_row;
 use crate::Attempt;
@@ -62,10 +62,10 @@ fn manifest(load: &str, partition: u32, attempt: &str, parts: &[(&str, u32, u64)
                 partition_id,
                 seq,
                 rows,
-                bytes_on_disk: 12 + rows,
+                bytes_on_disk: 10 + count_txt_entry(rows).size + rows,
                 files: vec![
                     file("checksums.txt", 10),
-                    file("count.txt", 2),
+                    count_txt_entry(rows),
                     file("data.bin", rows),
                 ],
             }
@@ -172,7 +172,7 @@ fn winners_table() {
             Err(vec!["line 4 (partition ?, attempt ?): manifest is not valid JSON: EOF"]),
         ),
         (
-            "invalid manifest: its partition is then missing",
+            "invalid manifest: reported once, not also as a missing partition",
             {
                 let mut l = base();
                 l[1].1 = l[1].1.replace(&hash_of(&m1().parts[0].name), "XYZ");
@@ -182,7 +182,6 @@ fn winners_table() {
             false,
             Err(vec![
                 "line 2 (partition 1, attempt app.7): manifest of load L attempt app.7: part 202601_",
-                "partition 1 has no winner (winners were given for partitions up to 2)",
             ]),
         ),
         (
@@ -255,12 +254,20 @@ fn winners_table() {
             "part without rows",
             with(|m| {
                 m.parts[0].rows = 0;
+                m.parts[0].files[1] = count_txt_entry(0);
                 m.parts[0].files[2].size = 0;
-                m.parts[0].bytes_on_disk = 12;
+                m.parts[0].bytes_on_disk = 11;
             }),
             None,
             false,
             Err(vec!["line 2 (partition 1, attempt app.7): part 202601_"]),
+        ),
+        (
+            "rows edited in a winners line: one problem, the partition is not also missing",
+            with(|m| m.parts[0].rows += 1),
+            None,
+            false,
+            Err(vec!["line 2 (partition 1, attempt app.7): manifest of load L attempt app.7: part 202601_"]),
         ),
         (
             "two winners for one partition",
@@ -519,7 +526,7 @@ fn plan_json_round_trip_and_pinned_fingerprint() {
     assert_eq!(p.fingerprint(), PINNED_PLAN);
 }
 
-const PINNED_PLAN: &str = "sha256:01bd732ecf6ed9d479dc5d1cfccb6e8f79070cbe87ee4c07bdb8c8fc371fb7c4";
+const PINNED_PLAN: &str = "sha256:6f9d524f680ebc835b30a14c5ed5270eba8a03bcfcf0661242de0971e3214fdb";
 
 #[test]
 fn recorded_plan_consistency_table() {
@@ -647,6 +654,7 @@ fn plan_matches_table() {
             {
                 let mut m = m0();
                 m.parts[1].rows = 49;
+                m.parts[1].files[1] = count_txt_entry(49);
                 m.parts[1].files[2].size = 49;
                 m.parts[1].bytes_on_disk = 61;
                 from(&[m, m1(), m2()])
@@ -1034,6 +1042,86 @@ fn partition_broken_message() {
         msg.starts_with("load L partition 202601 (append mode): the shadow table holds 30 rows of it, but the plan put 130 there and a MOVE leaves all or none"),
         "{msg}"
     );
+}
+
+#[test]
+fn reconcile_hashes_table() {
+    let p = plan(Visibility::Partition, Mode::Append);
+    let planned = |id: &str| -> Vec<String> {
+        let mut h: Vec<String> = p
+            .parts
+            .iter()
+            .filter(|x| x.partition_id.as_str() == id)
+            .map(|x| x.hash_of_all_files.clone())
+            .collect();
+        h.sort();
+        h
+    };
+    let first_of_202601 = p
+        .parts
+        .iter()
+        .find(|x| x.partition_id.as_str() == "202601")
+        .unwrap();
+    type Row = (
+        &'static str,
+        Vec<(&'static str, Vec<String>)>,
+        Result<(), String>,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "exactly the planned parts",
+            vec![("202601", planned("202601")), ("202602", planned("202602"))],
+            Ok(()),
+        ),
+        (
+            "a part's checksums.txt changed",
+            vec![
+                ("202601", {
+                    let mut h = planned("202601");
+                    h.retain(|x| x != &first_of_202601.hash_of_all_files);
+                    h.push("f".repeat(32));
+                    h
+                }),
+                ("202602", planned("202602")),
+            ],
+            Err(format!(
+                "partition 202601: no attached part has the hash {} of part {}",
+                first_of_202601.hash_of_all_files, first_of_202601.name
+            )),
+        ),
+        (
+            "a part the plan does not have",
+            vec![
+                ("202601", {
+                    let mut h = planned("202601");
+                    h.push("e".repeat(32));
+                    h
+                }),
+                ("202602", planned("202602")),
+            ],
+            Err(format!(
+                "partition 202601: an attached part has hash {}, which no planned part has",
+                "e".repeat(32)
+            )),
+        ),
+        (
+            "a partition with nothing attached",
+            vec![("202601", planned("202601"))],
+            Err("partition 202602: no attached part has the hash".into()),
+        ),
+    ];
+    for (row, attached, want) in rows {
+        let attached: BTreeMap<PartitionId, Vec<String>> = attached
+            .into_iter()
+            .map(|(id, h)| (id.parse().unwrap(), h))
+            .collect();
+        let got = reconcile_hashes(&p, &attached).map_err(|e| e.to_string());
+        match (&got, &want) {
+            (Ok(()), Ok(())) => {}
+            (Err(g), Err(w)) => assert!(g.starts_with(w.as_str()), "{row}: {g}"),
+            _ => panic!("{row}: got {got:?}, want {want:?}"),
+        }
+    }
 }
 
 #[test]
