@@ -459,6 +459,13 @@ fn bad_input_is_refused_with_the_file_and_column_named() {
             s.detached("events").is_empty(),
             "{case}: something was published"
         );
+        assert_eq!(
+            std::fs::read_dir(ch.data_dir.join("chpart-staging/bb-1"))
+                .unwrap()
+                .count(),
+            0,
+            "{case}: the refused attempt's staging dir was left"
+        );
     }
     assert_eq!(
         std::fs::read_dir(s.dir.path().join("work"))
@@ -672,5 +679,125 @@ fn staging_on_another_filesystem_or_a_full_disk_fails_cleanly() {
     assert!(
         !small.dir.path().join("bd-1/app-8.2").exists(),
         "staging removed after the failure"
+    );
+}
+
+/// What an attempt's staging holds, file by file (relative path -> bytes), to show it untouched.
+fn staging_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+            (rel, std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_second_build_with_the_same_attempt_id_is_refused_and_touches_nothing() {
+    // Attempt ids come from the runner; a runner that repeats one (a YARN application attempt
+    // restarting task attempt ids at 0 under the same application id) must not make the
+    // second build remove the first one's staging, publish intent or parts.
+    let ch = shared();
+    let s = Setup::new(ch, "build_same_attempt");
+    assert_eq!(exit_code(&s.begin("bsa-1", &[])), Some(0));
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 2000), "Parquet");
+    let other = write_rows(
+        s.dir.path(),
+        "other.parquet",
+        &rows_select(5000, 300),
+        "Parquet",
+    );
+    let first = s
+        .build_files("bsa-1", "app-9.1", &[&input])
+        .unwrap_or_else(|o| panic!("{}", text(&o)));
+    let staging = PathBuf::from(first.target.staging_dir.as_str());
+    let shadow = first.target.table.as_str().to_owned();
+    let before = staging_files(&staging);
+    assert!(
+        before.iter().any(|(f, _)| f == "publish-intent.json")
+            && before.iter().any(|(f, _)| f == "manifest.json"),
+        "{before:?}"
+    );
+    let published = s.detached(&shadow);
+    assert_eq!(published.len(), first.parts.len());
+
+    // Again with the same attempt id, with the same rows and with other rows.
+    for file in [&input, &other] {
+        let out = s.build_files("bsa-1", "app-9.1", &[file]).unwrap_err();
+        assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+        let message = text(&out);
+        assert!(
+            message.contains("app-9.1") && message.contains(staging.to_str().unwrap()),
+            "the refusal names the attempt and its staging: {message}"
+        );
+        assert_eq!(
+            staging_files(&staging),
+            before,
+            "the first attempt's staging changed"
+        );
+        assert_eq!(s.detached(&shadow), published, "detached/ changed");
+    }
+
+    // Two more at once with one new id: exactly one of them builds.
+    let children: Vec<_> = [&input, &input]
+        .iter()
+        .map(|file| {
+            s.build_cmd("bsa-1", "app-9.2", 1)
+                .arg("--input")
+                .arg(file)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outcomes: Vec<Result<Manifest, Output>> = children
+        .into_iter()
+        .map(|c| manifest_of(c.wait_with_output().unwrap()))
+        .collect();
+    let built: Vec<&Manifest> = outcomes.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(
+        built.len(),
+        1,
+        "{:?}",
+        outcomes
+            .iter()
+            .map(|r| r.as_ref().err().map(text))
+            .collect::<Vec<_>>()
+    );
+    let refused = outcomes.iter().find_map(|r| r.as_ref().err()).unwrap();
+    assert_eq!(exit_code(refused), Some(4), "{}", text(refused));
+    let second = built[0];
+    assert!(
+        Path::new(second.target.staging_dir.as_str())
+            .join("manifest.json")
+            .exists(),
+        "the winner's manifest survived the refused one"
+    );
+
+    // The load still commits exactly once.
+    let winners = s.dir.path().join("winners.jsonl");
+    std::fs::write(
+        &winners,
+        format!("{}\n{}\n", first.to_json_line(), second.to_json_line()),
+    )
+    .unwrap();
+    let out = chpart()
+        .args(["commit", "--config"])
+        .arg(&s.config)
+        .args(["--load", "bsa-1", "--partitions", "2", "--winners"])
+        .arg(&winners)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(0), "{}", text(&out));
+    assert_eq!(
+        ch.q(&format!("SELECT count(), sum(id) FROM {}", s.table))
+            .trim(),
+        format!("4000\t{}", 2 * (0..2000u64).sum::<u64>())
     );
 }

@@ -233,8 +233,9 @@ pub struct BuildArgs {
     /// The partition (task) number this attempt computes.
     #[arg(long, value_name = "N")]
     pub partition: u32,
-    /// A unique id of this attempt, e.g. `<Spark applicationId>.<taskAttemptId>`. Two attempts
-    /// must never share one: it scopes every path and part name the attempt writes.
+    /// A unique id of this attempt (chpart_spark: `<applicationId>.<application attempt>.<nonce>.<taskAttemptId>`).
+    /// Two attempts must never share one: it scopes every path and part name the attempt writes,
+    /// and a build whose attempt's staging directory exists already is refused (exit 4).
     #[arg(long, value_name = "ATTEMPT_ID")]
     pub attempt: String,
     /// Stage id, for the record.

@@ -64,6 +64,9 @@ impl RemoteFs for LateWriter {
     fn create_dir_all(&self, path: &str) -> Result<(), RemoteError> {
         self.inner.create_dir_all(path)
     }
+    fn create_dir(&self, path: &str) -> Result<(), RemoteError> {
+        self.inner.create_dir(path)
+    }
     fn upload_dir(&self, local: &Path, remote: &str) -> Result<UploadStats, RemoteError> {
         self.inner.upload_dir(local, remote)
     }
