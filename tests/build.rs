@@ -801,3 +801,182 @@ fn a_second_build_with_the_same_attempt_id_is_refused_and_touches_nothing() {
         format!("4000\t{}", 2 * (0..2000u64).sum::<u64>())
     );
 }
+
+/// `(partition id, rows, sum of ids)` of the active parts of `db`.`table`.
+fn partitions_of(ch: &ClickHouse, db: &str, table: &str) -> Vec<String> {
+    ch.q(&format!(
+        "SELECT _partition_id, count(), sum(id) FROM `{db}`.`{table}` GROUP BY _partition_id ORDER BY _partition_id"
+    ))
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+#[test]
+fn datetime_partitions_are_computed_in_the_servers_zone_not_the_executors() {
+    // `toYYYYMMDD(ts)` of a `DateTime` without a zone is a day in the server's zone: a part
+    // built in another zone holds rows of another day under its partition id. The server runs
+    // in New York, the executor in Tokyo; every row is within hours of some midnight.
+    let ch = ClickHouse::start_in_zone("America/New_York");
+    assert_eq!(ch.q("SELECT timezone()").trim(), "America/New_York");
+    let db = TestDb::new(&ch, "build_tz");
+    let d = &db.name;
+    let ddl = "(ts DateTime, id UInt64) ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id";
+    ch.q(&format!("CREATE TABLE `{d}`.events {ddl}"));
+    ch.q(&format!("CREATE TABLE `{d}`.twin {ddl}"));
+    // Every 20 minutes for two days from 2026-03-01 00:00 UTC (19:00 the day before in New
+    // York, 09:00 in Tokyo): every midnight of the three zones is crossed.
+    let rows = "SELECT toDateTime64(1772323200 + number * 1200, 3, 'UTC') AS ts, number AS id FROM numbers(144)";
+    ch.q(&format!(
+        "INSERT INTO `{d}`.twin SELECT ts, id FROM ({rows})"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let config = local_config(dir.path(), &ch, &format!("{d}_ledger"));
+    let input = write_rows(dir.path(), "rows.parquet", rows, "Parquet");
+
+    let out = chpart()
+        .args(["begin", "--config"])
+        .arg(&config)
+        .args([
+            "--table",
+            &format!("{d}.events"),
+            "--load",
+            "tz-1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(0), "{}", text(&out));
+    let spec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(spec["server_timezone"], "America/New_York", "{spec}");
+    assert_eq!(spec["server_version"], "26.9.2.1", "{spec}");
+    assert_eq!(spec["clickhouse_local_version"], "26.9.2.1", "{spec}");
+
+    let out = chpart()
+        .args(["build", "--config"])
+        .arg(&config)
+        .args([
+            "--load",
+            "tz-1",
+            "--attempt",
+            "app-tz.1",
+            "--partition",
+            "0",
+            "--input",
+        ])
+        .arg(&input)
+        .env("TZ", "Asia/Tokyo")
+        .output()
+        .unwrap();
+    let m = manifest_of(out).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let mut built: Vec<&str> = m.parts.iter().map(|p| p.partition_id.as_str()).collect();
+    built.sort();
+    let twin = partitions_of(&ch, d, "twin");
+    let want: Vec<&str> = twin.iter().map(|l| l.split('\t').next().unwrap()).collect();
+    assert_eq!(built, want, "the parts' partition ids are the server's");
+
+    let winners = dir.path().join("winners.jsonl");
+    std::fs::write(&winners, m.to_json_line() + "\n").unwrap();
+    let out = chpart()
+        .args(["commit", "--config"])
+        .arg(&config)
+        .args(["--load", "tz-1", "--winners"])
+        .arg(&winners)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(0), "{}", text(&out));
+    assert_eq!(partitions_of(&ch, d, "events"), twin);
+    assert_eq!(
+        ch.q(&format!(
+            "SELECT count() FROM `{d}`.events WHERE toYYYYMMDD(ts) != toUInt32(_partition_id)"
+        ))
+        .trim(),
+        "0",
+        "every row sits in the partition of its own day"
+    );
+}
+
+#[test]
+fn a_clickhouse_local_newer_than_the_server_is_refused() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_newer_local");
+    assert_eq!(exit_code(&s.begin("bn-1", &[])), Some(0));
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 10), "Parquet");
+    // The real engine for everything but the version, which it reports as a newer one.
+    let tz = ch.q("SELECT timezone()").trim().to_owned();
+    let newer = s.dir.path().join("newer-clickhouse-local");
+    std::fs::write(
+        &newer,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *'version()'*) printf '26.10.1.5\\t{tz}\\n'; exit 0;; esac\nexec {} \"$@\"\n",
+            chpart_testenv::clickhouse_local().display()
+        ),
+    )
+    .unwrap();
+    chpart_testenv::set_mode(&newer, 0o755);
+    let out = s
+        .build_cmd("bn-1", "app-10.1", 0)
+        .arg("--input")
+        .arg(&input)
+        .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", &newer)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+    let message = text(&out);
+    assert!(
+        message.contains("26.10.1.5")
+            && message.contains("26.9.2.1")
+            && message.contains("app-10.1"),
+        "both versions and the attempt named: {message}"
+    );
+    let shadow =
+        chpart_protocol::begin::shadow_table(&s.table.parse().unwrap(), &"bn-1".parse().unwrap())
+            .unwrap();
+    assert!(s.detached(shadow.table.as_str()).is_empty());
+    assert!(!ch.data_dir.join("chpart-staging/bn-1/app-10.1").exists());
+
+    // An older one is fine.
+    let older = s.dir.path().join("older-clickhouse-local");
+    std::fs::write(
+        &older,
+        std::fs::read_to_string(&newer)
+            .unwrap()
+            .replace("26.10.1.5", "25.8.3.1"),
+    )
+    .unwrap();
+    chpart_testenv::set_mode(&older, 0o755);
+    let out = s
+        .build_cmd("bn-1", "app-10.2", 0)
+        .arg("--input")
+        .arg(&input)
+        .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", &older)
+        .output()
+        .unwrap();
+    let m = manifest_of(out).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert_eq!(m.clickhouse_local_version, "25.8.3.1");
+
+    // One that computes in another zone than it was given (a config file's <timezone>).
+    let elsewhere = s.dir.path().join("elsewhere-clickhouse-local");
+    std::fs::write(
+        &elsewhere,
+        std::fs::read_to_string(&newer)
+            .unwrap()
+            .replace(&format!("26.10.1.5\\t{tz}"), "26.9.2.1\\tAsia/Tokyo"),
+    )
+    .unwrap();
+    chpart_testenv::set_mode(&elsewhere, 0o755);
+    let out = s
+        .build_cmd("bn-1", "app-10.3", 0)
+        .arg("--input")
+        .arg(&input)
+        .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", &elsewhere)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("Asia/Tokyo") && text(&out).contains(&format!("TZ={tz}")),
+        "{}",
+        text(&out)
+    );
+    assert!(!ch.data_dir.join("chpart-staging/bn-1/app-10.3").exists());
+}

@@ -296,6 +296,19 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .map_err(|e| Failure::new(FailureKind::Permanent, e))
 }
 
+/// This host's clickhouse-local version, recorded by `begin` for operators. The driver need
+/// not have one (executors build), so failing to run it is only logged.
+fn local_version(config: &Config) -> Option<String> {
+    let local = &config.clickhouse_local;
+    match chpart_build::LocalCommand::new(&local.command, local.timeout).identify() {
+        Ok(id) => Some(id.version),
+        Err(e) => {
+            tracing::warn!("not recording a clickhouse-local version: {e}");
+            None
+        }
+    }
+}
+
 fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
     let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
     let target: TableRef = args.table.parse().context("--table").map_err(usage)?;
@@ -309,6 +322,7 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
         },
         visibility: args.visibility.into(),
         host: config.clickhouse.host_name.clone(),
+        clickhouse_local_version: local_version(&config),
     };
     let ledger = Ledger::new(server_of(&config), &config.ledger_database);
     let outcome = runtime()?

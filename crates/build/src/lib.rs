@@ -27,6 +27,6 @@ pub use parts::{
     build_query, digest_part, inspect_parts, local_args, BuiltPart, DigestError, PartCheckError,
     QueryError, Source, StdinInput,
 };
-pub use runner::{LocalCommand, Producer, RunError, Stdin};
+pub use runner::{LocalCommand, LocalIdentity, Producer, RunError, Stdin};
 pub use sql::{quote_ident, quote_str};
 pub use workdir::{WorkDir, WorkDirError};

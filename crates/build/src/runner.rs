@@ -155,8 +155,8 @@ pub enum RunError {
         /// The error.
         source: io::Error,
     },
-    /// `SELECT version()` printed something that is not a version.
-    #[error("{} printed {output:?} for `SELECT version()`, not a version", program.display())]
+    /// `SELECT version(), timezone()` printed something else than a version and a zone.
+    #[error("{} printed {output:?} for `SELECT version(), timezone()`, not a version and a time zone", program.display())]
     BadVersion {
         /// The program as configured.
         program: PathBuf,
@@ -188,22 +188,42 @@ impl fmt::Display for StderrTail<'_> {
     }
 }
 
-/// A clickhouse-local command: the program and how long one run may take.
+/// A clickhouse-local command: the program, how long one run may take, and its time zone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LocalCommand {
     /// The program, a path or a name looked up in `PATH` (`clickhouse_local.command`).
     pub program: PathBuf,
     /// The longest one run may take, from spawn until its output is collected.
     pub timeout: Duration,
+    /// The time zone every run gets as `TZ` (`None`: this process's). ClickHouse takes its
+    /// default zone from `TZ`, and that zone is what `DateTime` columns without one (and so
+    /// partition keys such as `toYYYYMMDD(ts)`) are computed in.
+    pub timezone: Option<String>,
+}
+
+/// What a clickhouse-local is, as it says itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalIdentity {
+    /// `SELECT version()`, e.g. `26.9.2.1`.
+    pub version: String,
+    /// `SELECT timezone()`: the zone it computes in, e.g. `Etc/UTC`.
+    pub timezone: String,
 }
 
 impl LocalCommand {
-    /// A command running `program` with `timeout` per run.
+    /// A command running `program` with `timeout` per run, in this process's time zone.
     pub fn new(program: impl Into<PathBuf>, timeout: Duration) -> LocalCommand {
         LocalCommand {
             program: program.into(),
             timeout,
+            timezone: None,
         }
+    }
+
+    /// The same command with every run in time zone `tz` (an IANA name such as `Etc/UTC`).
+    pub fn in_timezone(mut self, tz: impl Into<String>) -> LocalCommand {
+        self.timezone = Some(tz.into());
+        self
     }
 
     /// Runs the program with `args`, feeding it `stdin`, and returns its stdout if it exits
@@ -228,6 +248,9 @@ impl LocalCommand {
             Stdin::Null => Stdio::null(),
             Stdin::Writer(_) => Stdio::piped(),
         });
+        if let Some(tz) = &self.timezone {
+            command.env("TZ", tz);
+        }
         set_parent_death_signal(&mut command);
         let child = command.spawn().map_err(|source| match source.kind() {
             io::ErrorKind::NotFound => RunError::NotFound {
@@ -363,25 +386,32 @@ impl LocalCommand {
         Ok(stdout)
     }
 
-    /// The engine version, from `SELECT version()` (e.g. `26.9.2.1`), to record in manifests.
-    pub fn version(&self) -> Result<String, RunError> {
-        let out = self.run(&["--query".into(), "SELECT version()".into()], Stdin::Null)?;
+    /// The engine version and the time zone a run computes in (one `SELECT version(),
+    /// timezone()`), to record in manifests and to check against the server's.
+    pub fn identify(&self) -> Result<LocalIdentity, RunError> {
+        let query = "SELECT version(), timezone() FORMAT TabSeparated";
+        let out = self.run(&["--query".into(), query.into()], Stdin::Null)?;
         let output = String::from_utf8_lossy(&out).trim().to_string();
-        let looks_like_version = !output.is_empty()
-            && output.split('.').all(|field| {
+        let bad = || RunError::BadVersion {
+            program: self.program.clone(),
+            output: output.clone(),
+        };
+        let (version, timezone) = output.split_once('\t').ok_or_else(bad)?;
+        let looks_like_version = !version.is_empty()
+            && version.split('.').all(|field| {
                 !field.is_empty()
                     && field
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b == b'-')
             })
-            && output.as_bytes()[0].is_ascii_digit();
-        if !looks_like_version {
-            return Err(RunError::BadVersion {
-                program: self.program.clone(),
-                output,
-            });
+            && version.as_bytes()[0].is_ascii_digit();
+        if !looks_like_version || timezone.is_empty() || timezone.contains(char::is_whitespace) {
+            return Err(bad());
         }
-        Ok(output)
+        Ok(LocalIdentity {
+            version: version.to_owned(),
+            timezone: timezone.to_owned(),
+        })
     }
 
     fn timed_out(

@@ -1,7 +1,8 @@
 //! `build`: one task attempt's rows become verified parts in the publish table's `detached/`.
 //!
 //! ```text
-//!  ledger spec ─► check input schema ─► clickhouse-local (work dir of this process)
+//!  ledger spec ─► claim staging ─► check input schema
+//!      ─► clickhouse-local (work dir of this process, the server's time zone; no newer than the server)
 //!      ─► check parts ─► sha256 every file ─► upload to <staging>/<load>/<attempt>/parts/
 //!      ─► publish-intent.json ─► fence: load still open? ─► owner check
 //!      ─► rename each part into detached/<attempt-scoped name> ─► manifest.json (last)
@@ -25,7 +26,7 @@ use std::time::Instant;
 
 use chpart_build::{
     build_query, digest_part, inspect_parts, local_args, local_table_ddl, BuiltPart, LocalCommand,
-    RunError, Source, Stdin, WorkDir,
+    LocalIdentity, RunError, Source, Stdin, WorkDir,
 };
 use chpart_core::manifest::{FileEntry, Manifest, PartEntry, Target};
 use chpart_core::{
@@ -163,6 +164,19 @@ pub enum BuildError {
         /// The transport's error.
         source: Box<RemoteError>,
     },
+    /// This clickhouse-local may not build for the load's server (newer than it).
+    #[error(transparent)]
+    Version(#[from] chpart_core::VersionError),
+    /// clickhouse-local computes in another zone than the server's, although it was given it.
+    #[error("{program} runs in time zone {actual} although it was started with TZ={expected} (the server's zone, recorded when the load began): partition ids of DateTime columns would not be the server's; does a clickhouse-local config file set <timezone>?")]
+    TimeZone {
+        /// The clickhouse-local program.
+        program: String,
+        /// The server's zone.
+        expected: String,
+        /// The zone clickhouse-local reported.
+        actual: String,
+    },
     /// Another build holds this attempt's staging directory: the attempt id was used twice.
     #[error("attempt {attempt} of load {load} already has a staging directory {path}: another build with this attempt id ran or is running, and attempt ids must never repeat; this build published nothing and left that directory alone")]
     AttemptTaken {
@@ -264,11 +278,43 @@ fn target_columns(spec: &LoadSpec) -> Result<Vec<TargetColumn>, BuildError> {
         .collect()
 }
 
-/// The parts clickhouse-local built, and the input rows it read.
+/// The parts clickhouse-local built, the input rows it read, and what it said it is.
 struct Built {
     parts: Vec<BuiltPart>,
     source_rows: u64,
-    version: String,
+    identity: LocalIdentity,
+}
+
+/// clickhouse-local as the load's server would compute: in the server's time zone.
+fn local_for(env: &BuildEnv<'_>, spec: &LoadSpec) -> LocalCommand {
+    match &spec.server_timezone {
+        Some(tz) => env.local.clone().in_timezone(tz.clone()),
+        None => {
+            tracing::warn!(
+                "load {} began before chpart recorded the server's time zone: building in this host's",
+                spec.load
+            );
+            env.local.clone()
+        }
+    }
+}
+
+/// Refuses a clickhouse-local the load's server may not read parts of, or one that computes
+/// in another zone than the server's.
+fn check_local(
+    local: &LocalCommand,
+    spec: &LoadSpec,
+    id: &LocalIdentity,
+) -> Result<(), BuildError> {
+    chpart_core::check_local_not_newer(&id.version, &spec.server_version)?;
+    match &spec.server_timezone {
+        Some(tz) if *tz != id.timezone => Err(BuildError::TimeZone {
+            program: local.program.display().to_string(),
+            expected: tz.clone(),
+            actual: id.timezone.clone(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn run_clickhouse_local(
@@ -278,6 +324,7 @@ fn run_clickhouse_local(
     input: Input,
     merge: bool,
 ) -> Result<Built, BuildError> {
+    let local = local_for(env, spec);
     let target = target_columns(spec)?;
     let ddl = local_table_ddl(
         &spec.publish_snapshot.create_table_query,
@@ -287,9 +334,10 @@ fn run_clickhouse_local(
     .map_err(build_err)?;
     let data = work.path().join("clickhouse");
 
-    // The version query runs beside the build: it costs one process start-up, not a serial one.
-    let version_cmd = env.local.clone();
-    let version = std::thread::spawn(move || version_cmd.version());
+    // The identity query runs beside the build: it costs one process start-up, not a serial
+    // one. Its answer is checked before anything leaves this host.
+    let identify_cmd = local.clone();
+    let identity = std::thread::spawn(move || identify_cmd.identify());
 
     let (files, plan, rows) = match input {
         Input::Parquet(paths) => parquet_sources(&paths, &target)?,
@@ -323,10 +371,10 @@ fn run_clickhouse_local(
         merge,
     )
     .map_err(build_err)?;
-    let output = env
-        .local
-        .run(&local_args(&data, None, &query), Stdin::Null)?;
-    finish(output, rows, merge, version)
+    let output = local.run(&local_args(&data, None, &query), Stdin::Null)?;
+    let built = finish(output, rows, merge, identity)?;
+    check_local(&local, spec, &built.identity)?;
+    Ok(built)
 }
 
 /// A `file()` source of the build: (absolute path, format, structure).
@@ -372,17 +420,17 @@ fn finish(
     output: Vec<u8>,
     source_rows: u64,
     merge: bool,
-    version: std::thread::JoinHandle<Result<String, RunError>>,
+    identity: std::thread::JoinHandle<Result<LocalIdentity, RunError>>,
 ) -> Result<Built, BuildError> {
     let text = String::from_utf8_lossy(&output);
     let parts = inspect_parts(&text, merge).map_err(build_err)?;
-    let version = version
+    let identity = identity
         .join()
         .map_err(|_| BuildError::Build("the version query panicked".into()))??;
     Ok(Built {
         parts,
         source_rows,
-        version,
+        identity,
     })
 }
 
@@ -495,7 +543,7 @@ fn build_claimed(
             staging_dir: publisher.staging.dir().clone(),
         },
         table_fingerprint: spec.publish_snapshot.fingerprint.clone(),
-        clickhouse_local_version: built.version.clone(),
+        clickhouse_local_version: built.identity.version.clone(),
         source_rows: built.source_rows,
         created_at_unix_ms: now_unix_ms(),
         parts: entries,

@@ -63,9 +63,14 @@ fn streams_stdin_and_collects_large_stdout() {
 }
 
 #[test]
-fn version_is_the_engine_version() {
-    let version = clickhouse_local().version().unwrap();
+fn identify_reports_the_engine_version_and_the_zone_it_was_given() {
+    let id = clickhouse_local().identify().unwrap();
+    let version = id.version;
     assert!(version.starts_with("26.9."), "{version}");
+    for tz in ["Asia/Tokyo", "America/New_York"] {
+        let id = clickhouse_local().in_timezone(tz).identify().unwrap();
+        assert_eq!(id.timezone, tz);
+    }
     let banner = clickhouse_local()
         .run(&args(&["--version"]), Stdin::Null)
         .unwrap();
@@ -189,7 +194,7 @@ fn missing_or_unrunnable_program() {
     let not_executable = dir.path().join("clickhouse-local");
     std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
     let err = LocalCommand::new(&not_executable, Duration::from_secs(5))
-        .version()
+        .identify()
         .unwrap_err();
     assert!(
         matches!(&err, RunError::Spawn { source, .. } if source.kind() == io::ErrorKind::PermissionDenied),
