@@ -980,3 +980,47 @@ fn a_clickhouse_local_newer_than_the_server_is_refused() {
     );
     assert!(!ch.data_dir.join("chpart-staging/bn-1/app-10.3").exists());
 }
+
+#[test]
+fn work_dirs_of_builds_killed_with_sigkill_are_removed_by_the_next_build() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_killed_workdir");
+    assert_eq!(
+        exit_code(&s.begin("bk-1", &["--visibility", "part"])),
+        Some(0)
+    );
+    let work = s.dir.path().join("work");
+    let listing = || -> Vec<PathBuf> {
+        std::fs::read_dir(&work)
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default()
+    };
+    // A build reading its Arrow stream from stdin, which never comes: it waits with its work
+    // dir made, and is killed there as Spark kills a losing attempt's worker.
+    let mut stuck = s
+        .build_cmd("bk-1", "app-11.1", 0)
+        .args(["--input", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        chpart_testenv::wait_until(std::time::Duration::from_secs(60), || listing().len() == 1),
+        "the build made no work dir"
+    );
+    stuck.kill().unwrap(); // SIGKILL
+    stuck.wait().unwrap();
+    let left = listing();
+    assert_eq!(left.len(), 1, "SIGKILL leaves the work dir: {left:?}");
+
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 100), "Parquet");
+    s.build_files("bk-1", "app-11.2", &[&input])
+        .unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(
+        !left[0].exists(),
+        "{} survived the next build",
+        left[0].display()
+    );
+    assert_eq!(listing(), Vec::<PathBuf>::new());
+}

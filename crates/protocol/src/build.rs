@@ -478,6 +478,8 @@ fn build_claimed(
             env.work_parent.display()
         ))
     })?;
+    // Builds killed with SIGKILL could not remove theirs.
+    WorkDir::sweep_stale(&env.work_parent);
     let work = WorkDir::create(&env.work_parent, req.load.as_str(), req.attempt.id.as_str())
         .map_err(build_err)?;
     let built = run_clickhouse_local(env, spec, &work, req.input, req.merge)?;
