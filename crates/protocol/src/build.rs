@@ -25,8 +25,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use chpart_build::{
-    build_query, digest_part, inspect_parts, local_args, local_table_ddl, BuiltPart, LocalCommand,
-    LocalIdentity, RunError, Source, Stdin, WorkDir,
+    build_query, digest_part, inspect_parts, local_args, local_table_ddl, BuiltPart, FileSource,
+    LocalCommand, LocalIdentity, RunError, WorkDir,
 };
 use chpart_core::manifest::{FileEntry, Manifest, PartEntry, Target};
 use chpart_core::{
@@ -55,7 +55,8 @@ pub trait LoadDirectory {
 pub enum Input {
     /// Parquet files, read by clickhouse-local itself (no spool, no re-encoding).
     Parquet(Vec<PathBuf>),
-    /// An Arrow IPC stream (e.g. stdin), checked batch by batch and streamed into clickhouse-local.
+    /// An Arrow IPC stream (e.g. stdin), checked batch by batch into a spool file of the work
+    /// dir, which clickhouse-local reads.
     ArrowStream(Box<dyn Read + Send>),
 }
 
@@ -367,18 +368,15 @@ fn run_clickhouse_local(
         LOCAL_DATABASE,
         LOCAL_TABLE,
         &plan.insert_columns,
-        Source::Files(files),
+        files,
         merge,
     )
     .map_err(build_err)?;
-    let output = local.run(&local_args(&data, None, &query), Stdin::Null)?;
+    let output = local.run(&local_args(&data, &query))?;
     let built = finish(output, rows, merge, identity)?;
     check_local(&local, spec, &built.identity)?;
     Ok(built)
 }
-
-/// A `file()` source of the build: (absolute path, format, structure).
-type FileSource = (PathBuf, String, String);
 
 /// Checks every Parquet file (footer, schema, nulls) and returns the `file()` sources, the
 /// first file's plan (all must insert the same columns) and the total row count.
