@@ -455,6 +455,19 @@ fn bad_input_is_refused_with_the_file_and_column_named() {
                 text(&out)
             );
         }
+        let message = text(&out);
+        let first = message
+            .lines()
+            .find(|l| l.contains("error:"))
+            .unwrap_or(&message);
+        let causes: Vec<&str> = first.split(": ").filter(|c| c.len() > 12).collect();
+        for cause in &causes {
+            assert_eq!(
+                first.matches(cause).count(),
+                1,
+                "{case}: {cause:?} is said more than once: {first}"
+            );
+        }
         assert!(
             s.detached("events").is_empty(),
             "{case}: something was published"
@@ -522,6 +535,12 @@ fn clickhouse_local_missing_or_failing_and_unreachable_ssh() {
     assert!(
         text(&out).contains("simulated crash") && text(&out).contains("app-6.2"),
         "{}",
+        text(&out)
+    );
+    assert_eq!(
+        text(&out).matches("simulated crash").count(),
+        1,
+        "the cause is said once: {}",
         text(&out)
     );
 
