@@ -240,8 +240,9 @@ pub struct BuildArgs {
     /// The partition (task) number this attempt computes.
     #[arg(long, value_name = "N")]
     pub partition: u32,
-    /// A unique id of this attempt, e.g. `<Spark applicationId>.<taskAttemptId>`. Two attempts
-    /// must never share one: it scopes every path and part name the attempt writes.
+    /// A unique id of this attempt (chpart_spark: `<applicationId>.<application attempt>.<nonce>.<taskAttemptId>`).
+    /// Two attempts must never share one: it scopes every path and part name the attempt writes,
+    /// and a build whose attempt's staging directory exists already is refused (exit 4).
     #[arg(long, value_name = "ATTEMPT_ID")]
     pub attempt: String,
     /// Stage id, for the record.
@@ -302,6 +303,19 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .map_err(|e| Failure::new(FailureKind::Permanent, e))
 }
 
+/// This host's clickhouse-local version, recorded by `begin` for operators. The driver need
+/// not have one (executors build), so failing to run it is only logged.
+fn local_version(config: &Config) -> Option<String> {
+    let local = &config.clickhouse_local;
+    match chpart_build::LocalCommand::new(&local.command, local.timeout).identify() {
+        Ok(id) => Some(id.version),
+        Err(e) => {
+            tracing::warn!("not recording a clickhouse-local version: {e}");
+            None
+        }
+    }
+}
+
 fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
     let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
     let target: TableRef = args.table.parse().context("--table").map_err(usage)?;
@@ -315,6 +329,7 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
         },
         visibility: args.visibility.into(),
         host: config.clickhouse.host_name.clone(),
+        clickhouse_local_version: local_version(&config),
     };
     let ledger = Ledger::new(server_of(&config), &config.ledger_database);
     let outcome = runtime()?

@@ -4,6 +4,7 @@ Spark's event log, the table's contents and chpart's status."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -35,6 +36,7 @@ def test_task_retry_after_publish_loads_exactly_once(spark, clickhouse, chpart_c
                                  _after_build=fail_first_attempt(1, marker))
     source = chpart_spark.spark_checksum(df)
     app_id = spark.sparkContext.applicationId
+    started = spark.sparkContext.startTime
     spark.stop()  # completes the event log
 
     # Spark really ran a failing attempt of partition 1 (the oracle: its event log) ...
@@ -47,7 +49,14 @@ def test_task_retry_after_publish_loads_exactly_once(spark, clickhouse, chpart_c
     assert summary["spark_partitions"] == 4
     winners = dict(summary["winners"])
     assert sorted(winners) == [0, 1, 2, 3]
-    assert winners[1] != loser["attempt"] and winners[1].startswith(app_id + ".")
+    assert winners[1] != loser["attempt"]
+    # Attempt ids: <applicationId>.<application attempt (here none: the driver's start time)>.
+    # <nonce of this write()>.<taskAttemptId>, one prefix for the whole write.
+    shape = re.compile(rf"^{re.escape(app_id)}\.s{started}\.([0-9a-f]{{12}})\.(\d+)$")
+    ids = list(winners.values()) + [loser["attempt"]]
+    assert all(shape.match(a) for a in ids), ids
+    assert len({shape.match(a).group(1) for a in ids}) == 1, ids
+    assert shape.match(loser["attempt"]).group(2) == str(loser["task_attempt_id"]), loser
     assert summary["rows"] == 60_000 and summary["application_id"] == app_id
 
     assert_exactly_once(clickhouse, TABLE, source)
@@ -81,6 +90,9 @@ def test_replace_reload_of_existing_partitions(spark, clickhouse, chpart_config,
     s2 = chpart_spark.write(fix, table=TABLE, load_id="history-v2-day1", config=chpart_config, chpart=chpart_bin,
                             mode="replace", _after_build=fail_first_attempt(0, marker))
     assert s2["mode"] == "replace" and s2["rows"] == 9_000 and s2["partitions"] == 1
+    # Two writes of one application never share an attempt id prefix (the per-write nonce).
+    prefixes = lambda summary: {a.rsplit(".", 1)[0] for _, a in summary["winners"]}  # noqa: E731
+    assert len(prefixes(s1)) == 1 and len(prefixes(s2)) == 1 and prefixes(s1) != prefixes(s2), (s1, s2)
     fix_source = chpart_spark.spark_checksum(fix)
 
     # Re-running the first (committed) load is a no-op that reports it.

@@ -1,9 +1,9 @@
 //! `begin`: open a load in the ledger and snapshot what every executor needs.
 //!
 //! Runs once on the driver before the batch job. It records a [`LoadSpec`] (target table, mode,
-//! visibility, the exact table definition, data paths, server version, fingerprint) under the
-//! entry id `open`, after creating the shadow table executors publish into when the load's
-//! partitions must appear atomically. Re-running it for an open load with the same request is
+//! visibility, the exact table definition, data paths, server version and time zone,
+//! clickhouse-local version, fingerprint) under the entry id `open`, after creating the shadow
+//! table executors publish into when the load's partitions must appear atomically. Re-running it for an open load with the same request is
 //! a no-op; for a committed or aborted load it refuses ([`BeginError::NotOpen`]).
 
 use chpart_core::{LoadId, TableName, TableRef};
@@ -30,6 +30,8 @@ pub struct BeginRequest {
     pub visibility: Visibility,
     /// Host name recorded in manifests.
     pub host: String,
+    /// This host's clickhouse-local version, if it could be run, to record in the spec.
+    pub clickhouse_local_version: Option<String>,
 }
 
 /// What `begin` did.
@@ -194,6 +196,13 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         }
     };
 
+    let server_version = server.version().await?;
+    if let Some(local) = &req.clickhouse_local_version {
+        // Only executors build; this host's clickhouse-local is a hint that theirs may be newer.
+        if let Err(e) = chpart_core::check_local_not_newer(local, &server_version) {
+            tracing::warn!("load {}: {e}; builds with it will be refused", req.load);
+        }
+    }
     let spec = LoadSpec {
         load: req.load.clone(),
         target: req.target.clone(),
@@ -202,7 +211,9 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         publish,
         target_snapshot,
         publish_snapshot,
-        server_version: server.version().await?,
+        server_version,
+        server_timezone: Some(server.timezone().await?),
+        clickhouse_local_version: req.clickhouse_local_version.clone(),
         host: req.host.clone(),
         opened_at_unix_ms: now_unix_ms(),
     };

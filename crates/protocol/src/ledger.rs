@@ -54,6 +54,15 @@ pub struct LoadSpec {
     pub publish_snapshot: TableSnapshot,
     /// The server's version when the load began.
     pub server_version: String,
+    /// The server's time zone (`SELECT timezone()`) when the load began: clickhouse-local
+    /// builds in it, so partition ids of `DateTime` columns without a zone are the server's.
+    /// `None` for loads begun by a chpart that did not record it.
+    #[serde(default)]
+    pub server_timezone: Option<String>,
+    /// The driver's clickhouse-local version when the load began (`None`: it could not run
+    /// there or was not asked), for operators; every build checks its own.
+    #[serde(default)]
+    pub clickhouse_local_version: Option<String>,
     /// Host name parts are published on (from the config), recorded in manifests.
     pub host: String,
     /// When the load began (ms since the Unix epoch).

@@ -224,10 +224,21 @@ fn compare<'a>(
     Ok(())
 }
 
+/// Whether [`crash_point`] can fire in this build: in debug builds (what `cargo test` and the
+/// test suites' `target/debug/chpart` are) and with the `test-hooks` feature; never in a
+/// release build without it, so no environment variable can make production chpart abort.
+pub const CRASH_POINTS: bool = cfg!(any(feature = "test-hooks", debug_assertions));
+
 /// A test-only fault-injection hook: when `CHPART_TEST_CRASH_AT` is `<point>` or
 /// `<point>:<n>`, the process aborts (like `kill -9`: no cleanup, no flush) the n-th time (1 by
 /// default) it reaches that point. Tests use it to kill `commit` at every step and prove that
-/// a re-run finishes exactly once. Unset in production, it costs one environment lookup.
+/// a re-run finishes exactly once. Compiled out of release builds ([`CRASH_POINTS`]).
+#[cfg(not(any(feature = "test-hooks", debug_assertions)))]
+#[inline(always)]
+pub fn crash_point(_point: &str) {}
+
+/// See the other `crash_point`: this is the one debug and `test-hooks` builds get.
+#[cfg(any(feature = "test-hooks", debug_assertions))]
 pub fn crash_point(point: &str) {
     use std::sync::atomic::{AtomicU32, Ordering};
     static SEEN: std::sync::Mutex<Vec<(String, u32)>> = std::sync::Mutex::new(Vec::new());

@@ -302,6 +302,14 @@ impl Server {
             .await
     }
 
+    /// The server's time zone (`SELECT timezone()`): the zone of `DateTime` columns without
+    /// one, so the zone their partition keys are computed in.
+    pub async fn timezone(&self) -> Result<String, ServerError> {
+        let sql = "SELECT timezone()";
+        self.run(sql, self.client.query_raw(sql).fetch_one::<String>())
+            .await
+    }
+
     /// Whether `database` exists.
     pub async fn database_exists(&self, database: &str) -> Result<bool, ServerError> {
         let rows: Vec<u8> = self

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import subprocess
 import tempfile
 import time
@@ -55,7 +56,37 @@ def _conform(batch, schema):
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _make_task(*, chpart, config, load_id, app_id, schema, extra_env, after_build):
+# The largest taskAttemptId (a Java long), for checking the longest attempt id on the driver.
+_MAX_TASK_ATTEMPT_ID = 2**63 - 1
+
+
+def attempt_prefix(spark_context, nonce):
+    """`<applicationId>.<application attempt>.<nonce>`: what every attempt id of one `write()`
+    starts with, before `.<taskAttemptId>`.
+
+    `taskAttemptId` is unique within one application attempt only: a YARN application attempt
+    keeps the application id and starts task attempt ids at 0 again, so the application attempt
+    id (Spark's `applicationAttemptId()`, a Scala Option) is part of the id. Where Spark has
+    none (local, standalone, Kubernetes), the driver's start time in milliseconds stands in
+    (`s<startTime>`): a restarted driver gets another. `nonce` is random, drawn once per
+    `write()` on the driver, so two writes of one driver, or drivers that agree on everything
+    else, never share an attempt id either.
+    """
+    option = spark_context._jsc.sc().applicationAttemptId()
+    if option.isDefined():
+        app_attempt = re.sub(r"[^A-Za-z0-9_-]", "-", str(option.get()))
+    else:
+        app_attempt = f"s{spark_context.startTime}"
+    prefix = f"{spark_context.applicationId}.{app_attempt}.{nonce}"
+    longest = f"{prefix}.{_MAX_TASK_ATTEMPT_ID}"
+    if not _ID.match(longest):
+        raise ValueError(f"attempt ids {prefix}.<taskAttemptId> are not valid chpart attempt ids "
+                         f"(at most 128 of [A-Za-z0-9._-], not starting with . or -, without ..): "
+                         f"application id {spark_context.applicationId!r}")
+    return prefix
+
+
+def _make_task(*, chpart, config, load_id, attempt_prefix, schema, extra_env, after_build):
     """The function each Spark task runs (pickled by value with its closure)."""
 
     def task(batches):
@@ -64,9 +95,10 @@ def _make_task(*, chpart, config, load_id, app_id, schema, extra_env, after_buil
 
         ctx = TaskContext.get()
         partition = ctx.partitionId()
-        # taskAttemptId is the only per-attempt number unique within the application
-        # (partitionId/attemptNumber repeat across stage attempts).
-        attempt = f"{app_id}.{ctx.taskAttemptId()}"
+        # taskAttemptId is the only per-attempt number unique within the application attempt
+        # (partitionId/attemptNumber repeat across stage attempts); the prefix makes it unique
+        # across application attempts and writes (see attempt_prefix).
+        attempt = f"{attempt_prefix}.{ctx.taskAttemptId()}"
         context = f"load {load_id}, partition {partition}, attempt {attempt} (attempt number {ctx.attemptNumber()})"
         argv = [
             chpart, "build", "--config", config, "--load", load_id,
@@ -236,6 +268,7 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     schema = arrow_schema(df.schema)  # unsupported column types fail here, before begin
     spark = df.sparkSession
     app_id = spark.sparkContext.applicationId
+    prefix = attempt_prefix(spark.sparkContext, secrets.token_hex(6))
 
     t = time.monotonic()
     # A re-run of a load that an earlier run committed does nothing and reports it.
@@ -249,12 +282,13 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
                     seconds={"begin": time.monotonic() - t, "job": 0.0, "commit": 0.0, "total": time.monotonic() - t0})
         return done
     seconds["begin"] = time.monotonic() - t
-    log.info("load %s opened on %s (mode %s, visibility %s)", load_id, table, mode, visibility)
+    log.info("load %s opened on %s (mode %s, visibility %s); attempt ids %s.<taskAttemptId>", load_id, table,
+             mode, visibility, prefix)
 
     own_winners_file = winners_path is None
     try:
         t = time.monotonic()
-        task = _make_task(chpart=chpart, config=config, load_id=load_id, app_id=app_id, schema=schema,
+        task = _make_task(chpart=chpart, config=config, load_id=load_id, attempt_prefix=prefix, schema=schema,
                           extra_env=extra_env, after_build=_after_build)
         with warnings.catch_warnings():
             # pyspark 4.3 warns that pandas >= 3 is not fully supported; mapInArrow uses none of it.
