@@ -187,9 +187,14 @@ pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
         );
     }
     for l in &loads {
-        let state = match (l.state.as_str(), l.decision.as_deref()) {
-            ("open", Some("commit")) => "open (a commit claimed it: re-run commit to finish)",
-            (state, _) => state,
+        let state = match (l.state.as_str(), l.decision.as_deref(), l.parts_planned) {
+            ("open", Some("commit"), _) => {
+                "open (a commit claimed it: finish it with `chpart commit --load` alone)"
+            }
+            ("open", _, Some(_)) => {
+                "open (planned: finish it with `chpart commit --load` alone)"
+            }
+            (state, _, _) => state,
         };
         println!(
             "{}  {}  table {}  mode {}  visibility {}{}",

@@ -138,9 +138,10 @@ def run_driver(tmp_path, config, chpart, load, winners, rows, crash_at=None, mar
 
 def test_driver_killed_during_commit_then_rerun(clickhouse, chpart_config, chpart_bin, tmp_path):
     """(c) The driver's commit dies after its first ATTACH (CHPART_TEST_CRASH_AT=after-attach:1,
-    given only through write(extra_env=...)): nothing is visible, the winners file is kept;
-    re-running the commit finishes the load exactly once; re-running the job resumes from the
-    winners file without a new Spark job and changes nothing."""
+    given only through write(extra_env=...)): nothing is visible, the winners file is kept.
+    Then the driver's host is lost with that file: re-running the job resumes the commit from
+    the ledger alone (the plan holds the winners' manifests), without a new Spark job, exactly
+    once; running it once more changes nothing."""
     make_table(clickhouse)
     winners = tmp_path / "winners" / "crash-load.jsonl"
     marker = str(tmp_path / "fail-p1.marker")
@@ -168,22 +169,22 @@ def test_driver_killed_during_commit_then_rerun(clickhouse, chpart_config, chpar
     assert 1 <= in_shadow <= sum(len(m["parts"]) for m in lines), in_shadow
     assert int(clickhouse.scalar(f"SELECT count() FROM {TABLE}")) == 0
 
-    # Re-run the commit with the kept winners file, as CommitError's message says.
-    commit = subprocess.run(
-        [chpart_bin, "commit", "--config", chpart_config, "--load", "crash-load", "--winners", str(winners),
-         "--partitions", "4", "--json"], capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
-    assert commit.returncode == 0, commit.stderr
-    summary = json.loads(commit.stdout.strip().splitlines()[-1])
-    assert summary["rows"] == 40_000
+    # The driver's host is lost, and the winners file with it: re-running the job finishes the
+    # commit from the ledger's plan alone, without a Spark job (which would bring other winners).
+    winners.unlink()
     source = chpart_spark.Checksum(crashed["source_rows"], int(crashed["source_sum"]))
-    assert_exactly_once(clickhouse, TABLE, source)
-
-    # Re-running the whole job resumes from the winners file: no Spark job, no change.
     proc, rerun = run_driver(tmp_path, chpart_config, chpart_bin, "crash-load", winners, 40_000, name="rerun")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert rerun["summary"]["resumed"] is True and rerun["summary"]["rows"] == 40_000, rerun
+    summary = rerun["summary"]
+    assert summary["resumed"] is True and summary["rows"] == 40_000, rerun
     assert rerun["jobs"] == 0, "the resumed run must not run a Spark job"
-    assert not winners.exists(), "the winners file is removed once the load is committed"
+    assert sorted(p for p, _ in summary["winners"]) == [0, 1, 2, 3], summary
+    assert_exactly_once(clickhouse, TABLE, source)
+
+    # Once more: the load is committed, nothing changes.
+    proc, again = run_driver(tmp_path, chpart_config, chpart_bin, "crash-load", winners, 40_000, name="again")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert again["summary"]["already_committed"] is True and again["jobs"] == 0, again
     assert_exactly_once(clickhouse, TABLE, source)
 
     entry = load_status(chpart_config, chpart_bin, "crash-load")

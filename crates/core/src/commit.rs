@@ -1323,7 +1323,7 @@ pub fn decide_part(facts: &PartFacts) -> PartStep {
 
 /// A planned part that was removed from `detached/` without being attached.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("load {load} partition {partition} attempt {attempt}: part {part} (hash {hash}) is lost: it is not in detached/, no ATTACH holds it, and the ledger, read after looking, records no attach of it; something removed it (a manual DROP DETACHED, or gc run against an open load). The load cannot be committed as planned: abort it (`chpart abort --force` once a commit claimed it; rows already attached stay visible) and load again")]
+#[error("load {load} partition {partition} attempt {attempt}: part {part} (hash {hash}) is lost: it is not in detached/, no ATTACH holds it, and the ledger, read after looking, records no attach of it; something removed it (a manual DROP DETACHED, or gc run against an open load). The load cannot be committed as planned: abort it (`chpart abort --force` once a commit claimed it; rows it already made visible stay: `chpart status --load` shows which partitions were published) and load again only what is not visible")]
 pub struct PartLost {
     /// The load.
     pub load: LoadId,
