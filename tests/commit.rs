@@ -293,6 +293,40 @@ fn a_changed_part_is_refused_before_anything_is_visible() {
     }
 }
 
+/// A server restart lifts the shadow's stopped merges: a commit killed with every part in the
+/// shadow, whose shadow then merged, still finishes exactly once (the merged partition is
+/// checked by its rows and CHECK TABLE, its parts' hashes being gone).
+#[test]
+fn a_shadow_merged_after_a_crash_still_commits_exactly_once() {
+    let ch = shared();
+    let s = Setup::new(ch, "commit_shadow_merged");
+    let load = "merged-1";
+    let built = build_load(&s, load, &[], 2, &["app-a", "app-b"]);
+    let file = winners_file(&s, "w.jsonl", &[&built[0][0], &built[1][1]]);
+    let out = commit(&s, load, &file, &[], Some("after-attach:4"));
+    assert_eq!(out.status.code(), None, "to be killed: {}", text(&out));
+    let shadow = ch.q(&format!(
+        "SELECT name FROM system.tables WHERE database = '{}' AND name LIKE 'events\\_\\_chpart\\_%'",
+        s.db.name
+    ));
+    let shadow = format!("`{}`.`{}`", s.db.name, shadow.trim());
+    ch.q(&format!("SYSTEM START MERGES {shadow}"));
+    ch.q(&format!("OPTIMIZE TABLE {shadow} FINAL"));
+    let merged = ch.q(&format!(
+        "SELECT count() FROM system.parts WHERE active AND level > 0 AND database = '{}' AND table = '{}'",
+        s.db.name,
+        shadow.rsplit('.').next().unwrap().trim_matches('`')
+    ));
+    assert_ne!(merged.trim(), "0", "the shadow did not merge");
+    let out = commit(&s, load, &file, &[], None);
+    assert_eq!(out.status.code(), Some(0), "resume: {}", text(&out));
+    assert_eq!(
+        ch.q(&fingerprint_sql(&s.table)),
+        expected_fingerprint(ch, &[0, 1]),
+        "not exactly once"
+    );
+}
+
 #[test]
 fn a_commit_killed_at_any_step_resumes_exactly_once() {
     let ch = shared();

@@ -191,9 +191,7 @@ pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
             ("open", Some("commit"), _) => {
                 "open (a commit claimed it: finish it with `chpart commit --load` alone)"
             }
-            ("open", _, Some(_)) => {
-                "open (planned: finish it with `chpart commit --load` alone)"
-            }
+            ("open", _, Some(_)) => "open (planned: finish it with `chpart commit --load` alone)",
             (state, _, _) => state,
         };
         println!(

@@ -24,6 +24,8 @@ pub struct TableParts {
     pub rows_by_partition: HashMap<String, u64>,
     /// Active parts' hashes per partition id.
     pub hashes_by_partition: HashMap<String, Vec<String>>,
+    /// Partition ids with an active part of level > 0: the server merged parts there.
+    pub merged_partitions: HashSet<String>,
 }
 
 /// Reads `system.detached_parts` and the active `system.parts` of `table` (one query).
@@ -52,6 +54,9 @@ pub async fn table_parts(server: &Server, table: &TableRef) -> Result<TableParts
         *out.rows_by_partition
             .entry(row.partition_id.clone())
             .or_default() += row.rows;
+        if row.level > 0 {
+            out.merged_partitions.insert(row.partition_id.clone());
+        }
         out.hashes_by_partition
             .entry(row.partition_id)
             .or_default()

@@ -130,6 +130,8 @@ pub struct StateRow {
     pub rows: u64,
     /// `hash_of_all_files` of an active part (empty for detached entries).
     pub hash_of_all_files: String,
+    /// Merge level of an active part (0: as attached, never merged; 0 for detached entries).
+    pub level: u32,
 }
 
 /// One row of [`Server::check_parts`]: the server's verdict on one active part.
@@ -414,10 +416,11 @@ impl Server {
         table: &str,
     ) -> Result<Vec<StateRow>, ServerError> {
         let sql = "SELECT true AS detached, name, ifNull(partition_id, '') AS partition_id, \
-                   ifNull(reason, '') AS reason, toUInt64(0) AS rows, '' AS hash_of_all_files \
+                   ifNull(reason, '') AS reason, toUInt64(0) AS rows, '' AS hash_of_all_files, \
+                   toUInt32(0) AS level \
                    FROM system.detached_parts WHERE database = {db:String} AND table = {t:String} \
                    UNION ALL \
-                   SELECT false, name, partition_id, '', toUInt64(rows), hash_of_all_files \
+                   SELECT false, name, partition_id, '', toUInt64(rows), hash_of_all_files, toUInt32(level) \
                    FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active";
         self.fetch(sql, &[("db", database), ("t", table)]).await
     }
