@@ -455,9 +455,29 @@ fn bad_input_is_refused_with_the_file_and_column_named() {
                 text(&out)
             );
         }
+        let message = text(&out);
+        let first = message
+            .lines()
+            .find(|l| l.contains("error:"))
+            .unwrap_or(&message);
+        let causes: Vec<&str> = first.split(": ").filter(|c| c.len() > 12).collect();
+        for cause in &causes {
+            assert_eq!(
+                first.matches(cause).count(),
+                1,
+                "{case}: {cause:?} is said more than once: {first}"
+            );
+        }
         assert!(
             s.detached("events").is_empty(),
             "{case}: something was published"
+        );
+        assert_eq!(
+            std::fs::read_dir(ch.data_dir.join("chpart-staging/bb-1"))
+                .unwrap()
+                .count(),
+            0,
+            "{case}: the refused attempt's staging dir was left"
         );
     }
     assert_eq!(
@@ -515,6 +535,12 @@ fn clickhouse_local_missing_or_failing_and_unreachable_ssh() {
     assert!(
         text(&out).contains("simulated crash") && text(&out).contains("app-6.2"),
         "{}",
+        text(&out)
+    );
+    assert_eq!(
+        text(&out).matches("simulated crash").count(),
+        1,
+        "the cause is said once: {}",
         text(&out)
     );
 
@@ -673,4 +699,347 @@ fn staging_on_another_filesystem_or_a_full_disk_fails_cleanly() {
         !small.dir.path().join("bd-1/app-8.2").exists(),
         "staging removed after the failure"
     );
+}
+
+/// What an attempt's staging holds, file by file (relative path -> bytes), to show it untouched.
+fn staging_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+            (rel, std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_second_build_with_the_same_attempt_id_is_refused_and_touches_nothing() {
+    // Attempt ids come from the runner; a runner that repeats one (a YARN application attempt
+    // restarting task attempt ids at 0 under the same application id) must not make the
+    // second build remove the first one's staging, publish intent or parts.
+    let ch = shared();
+    let s = Setup::new(ch, "build_same_attempt");
+    assert_eq!(exit_code(&s.begin("bsa-1", &[])), Some(0));
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 2000), "Parquet");
+    let other = write_rows(
+        s.dir.path(),
+        "other.parquet",
+        &rows_select(5000, 300),
+        "Parquet",
+    );
+    let first = s
+        .build_files("bsa-1", "app-9.1", &[&input])
+        .unwrap_or_else(|o| panic!("{}", text(&o)));
+    let staging = PathBuf::from(first.target.staging_dir.as_str());
+    let shadow = first.target.table.as_str().to_owned();
+    let before = staging_files(&staging);
+    assert!(
+        before.iter().any(|(f, _)| f == "publish-intent.json")
+            && before.iter().any(|(f, _)| f == "manifest.json"),
+        "{before:?}"
+    );
+    let published = s.detached(&shadow);
+    assert_eq!(published.len(), first.parts.len());
+
+    // Again with the same attempt id, with the same rows and with other rows.
+    for file in [&input, &other] {
+        let out = s.build_files("bsa-1", "app-9.1", &[file]).unwrap_err();
+        assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+        let message = text(&out);
+        assert!(
+            message.contains("app-9.1") && message.contains(staging.to_str().unwrap()),
+            "the refusal names the attempt and its staging: {message}"
+        );
+        assert_eq!(
+            staging_files(&staging),
+            before,
+            "the first attempt's staging changed"
+        );
+        assert_eq!(s.detached(&shadow), published, "detached/ changed");
+    }
+
+    // Two more at once with one new id: exactly one of them builds.
+    let children: Vec<_> = [&input, &input]
+        .iter()
+        .map(|file| {
+            s.build_cmd("bsa-1", "app-9.2", 1)
+                .arg("--input")
+                .arg(file)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outcomes: Vec<Result<Manifest, Output>> = children
+        .into_iter()
+        .map(|c| manifest_of(c.wait_with_output().unwrap()))
+        .collect();
+    let built: Vec<&Manifest> = outcomes.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(
+        built.len(),
+        1,
+        "{:?}",
+        outcomes
+            .iter()
+            .map(|r| r.as_ref().err().map(text))
+            .collect::<Vec<_>>()
+    );
+    let refused = outcomes.iter().find_map(|r| r.as_ref().err()).unwrap();
+    assert_eq!(exit_code(refused), Some(4), "{}", text(refused));
+    let second = built[0];
+    assert!(
+        Path::new(second.target.staging_dir.as_str())
+            .join("manifest.json")
+            .exists(),
+        "the winner's manifest survived the refused one"
+    );
+
+    // The load still commits exactly once.
+    let winners = s.dir.path().join("winners.jsonl");
+    std::fs::write(
+        &winners,
+        format!("{}\n{}\n", first.to_json_line(), second.to_json_line()),
+    )
+    .unwrap();
+    let out = chpart()
+        .args(["commit", "--config"])
+        .arg(&s.config)
+        .args(["--load", "bsa-1", "--partitions", "2", "--winners"])
+        .arg(&winners)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(0), "{}", text(&out));
+    assert_eq!(
+        ch.q(&format!("SELECT count(), sum(id) FROM {}", s.table))
+            .trim(),
+        format!("4000\t{}", 2 * (0..2000u64).sum::<u64>())
+    );
+}
+
+/// `(partition id, rows, sum of ids)` of the active parts of `db`.`table`.
+fn partitions_of(ch: &ClickHouse, db: &str, table: &str) -> Vec<String> {
+    ch.q(&format!(
+        "SELECT _partition_id, count(), sum(id) FROM `{db}`.`{table}` GROUP BY _partition_id ORDER BY _partition_id"
+    ))
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+#[test]
+fn datetime_partitions_are_computed_in_the_servers_zone_not_the_executors() {
+    // `toYYYYMMDD(ts)` of a `DateTime` without a zone is a day in the server's zone: a part
+    // built in another zone holds rows of another day under its partition id. The server runs
+    // in New York, the executor in Tokyo; every row is within hours of some midnight.
+    let ch = ClickHouse::start_in_zone("America/New_York");
+    assert_eq!(ch.q("SELECT timezone()").trim(), "America/New_York");
+    let db = TestDb::new(&ch, "build_tz");
+    let d = &db.name;
+    let ddl = "(ts DateTime, id UInt64) ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id";
+    ch.q(&format!("CREATE TABLE `{d}`.events {ddl}"));
+    ch.q(&format!("CREATE TABLE `{d}`.twin {ddl}"));
+    // Every 20 minutes for two days from 2026-03-01 00:00 UTC (19:00 the day before in New
+    // York, 09:00 in Tokyo): every midnight of the three zones is crossed.
+    let rows = "SELECT toDateTime64(1772323200 + number * 1200, 3, 'UTC') AS ts, number AS id FROM numbers(144)";
+    ch.q(&format!(
+        "INSERT INTO `{d}`.twin SELECT ts, id FROM ({rows})"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let config = local_config(dir.path(), &ch, &format!("{d}_ledger"));
+    let input = write_rows(dir.path(), "rows.parquet", rows, "Parquet");
+
+    let out = chpart()
+        .args(["begin", "--config"])
+        .arg(&config)
+        .args([
+            "--table",
+            &format!("{d}.events"),
+            "--load",
+            "tz-1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(0), "{}", text(&out));
+    let spec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(spec["server_timezone"], "America/New_York", "{spec}");
+    assert_eq!(spec["server_version"], "26.9.2.1", "{spec}");
+    assert_eq!(spec["clickhouse_local_version"], "26.9.2.1", "{spec}");
+
+    let out = chpart()
+        .args(["build", "--config"])
+        .arg(&config)
+        .args([
+            "--load",
+            "tz-1",
+            "--attempt",
+            "app-tz.1",
+            "--partition",
+            "0",
+            "--input",
+        ])
+        .arg(&input)
+        .env("TZ", "Asia/Tokyo")
+        .output()
+        .unwrap();
+    let m = manifest_of(out).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let mut built: Vec<&str> = m.parts.iter().map(|p| p.partition_id.as_str()).collect();
+    built.sort();
+    let twin = partitions_of(&ch, d, "twin");
+    let want: Vec<&str> = twin.iter().map(|l| l.split('\t').next().unwrap()).collect();
+    assert_eq!(built, want, "the parts' partition ids are the server's");
+
+    let winners = dir.path().join("winners.jsonl");
+    std::fs::write(&winners, m.to_json_line() + "\n").unwrap();
+    let out = chpart()
+        .args(["commit", "--config"])
+        .arg(&config)
+        .args(["--load", "tz-1", "--winners"])
+        .arg(&winners)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(0), "{}", text(&out));
+    assert_eq!(partitions_of(&ch, d, "events"), twin);
+    assert_eq!(
+        ch.q(&format!(
+            "SELECT count() FROM `{d}`.events WHERE toYYYYMMDD(ts) != toUInt32(_partition_id)"
+        ))
+        .trim(),
+        "0",
+        "every row sits in the partition of its own day"
+    );
+}
+
+#[test]
+fn a_clickhouse_local_newer_than_the_server_is_refused() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_newer_local");
+    assert_eq!(exit_code(&s.begin("bn-1", &[])), Some(0));
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 10), "Parquet");
+    // The real engine for everything but the version, which it reports as a newer one.
+    let tz = ch.q("SELECT timezone()").trim().to_owned();
+    let newer = s.dir.path().join("newer-clickhouse-local");
+    std::fs::write(
+        &newer,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *'version()'*) printf '26.10.1.5\\t{tz}\\n'; exit 0;; esac\nexec {} \"$@\"\n",
+            chpart_testenv::clickhouse_local().display()
+        ),
+    )
+    .unwrap();
+    chpart_testenv::set_mode(&newer, 0o755);
+    let out = s
+        .build_cmd("bn-1", "app-10.1", 0)
+        .arg("--input")
+        .arg(&input)
+        .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", &newer)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+    let message = text(&out);
+    assert!(
+        message.contains("26.10.1.5")
+            && message.contains("26.9.2.1")
+            && message.contains("app-10.1"),
+        "both versions and the attempt named: {message}"
+    );
+    let shadow =
+        chpart_protocol::begin::shadow_table(&s.table.parse().unwrap(), &"bn-1".parse().unwrap())
+            .unwrap();
+    assert!(s.detached(shadow.table.as_str()).is_empty());
+    assert!(!ch.data_dir.join("chpart-staging/bn-1/app-10.1").exists());
+
+    // An older one is fine.
+    let older = s.dir.path().join("older-clickhouse-local");
+    std::fs::write(
+        &older,
+        std::fs::read_to_string(&newer)
+            .unwrap()
+            .replace("26.10.1.5", "25.8.3.1"),
+    )
+    .unwrap();
+    chpart_testenv::set_mode(&older, 0o755);
+    let out = s
+        .build_cmd("bn-1", "app-10.2", 0)
+        .arg("--input")
+        .arg(&input)
+        .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", &older)
+        .output()
+        .unwrap();
+    let m = manifest_of(out).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert_eq!(m.clickhouse_local_version, "25.8.3.1");
+
+    // One that computes in another zone than it was given (a config file's <timezone>).
+    let elsewhere = s.dir.path().join("elsewhere-clickhouse-local");
+    std::fs::write(
+        &elsewhere,
+        std::fs::read_to_string(&newer)
+            .unwrap()
+            .replace(&format!("26.10.1.5\\t{tz}"), "26.9.2.1\\tAsia/Tokyo"),
+    )
+    .unwrap();
+    chpart_testenv::set_mode(&elsewhere, 0o755);
+    let out = s
+        .build_cmd("bn-1", "app-10.3", 0)
+        .arg("--input")
+        .arg(&input)
+        .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", &elsewhere)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("Asia/Tokyo") && text(&out).contains(&format!("TZ={tz}")),
+        "{}",
+        text(&out)
+    );
+    assert!(!ch.data_dir.join("chpart-staging/bn-1/app-10.3").exists());
+}
+
+#[test]
+fn work_dirs_of_builds_killed_with_sigkill_are_removed_by_the_next_build() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_killed_workdir");
+    assert_eq!(
+        exit_code(&s.begin("bk-1", &["--visibility", "part"])),
+        Some(0)
+    );
+    let work = s.dir.path().join("work");
+    let listing = || -> Vec<PathBuf> {
+        std::fs::read_dir(&work)
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default()
+    };
+    // A build reading its Arrow stream from stdin, which never comes: it waits with its work
+    // dir made, and is killed there as Spark kills a losing attempt's worker.
+    let mut stuck = s
+        .build_cmd("bk-1", "app-11.1", 0)
+        .args(["--input", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        chpart_testenv::wait_until(std::time::Duration::from_secs(60), || listing().len() == 1),
+        "the build made no work dir"
+    );
+    stuck.kill().unwrap(); // SIGKILL
+    stuck.wait().unwrap();
+    let left = listing();
+    assert_eq!(left.len(), 1, "SIGKILL leaves the work dir: {left:?}");
+
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 100), "Parquet");
+    s.build_files("bk-1", "app-11.2", &[&input])
+        .unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(
+        !left[0].exists(),
+        "{} survived the next build",
+        left[0].display()
+    );
+    assert_eq!(listing(), Vec::<PathBuf>::new());
 }

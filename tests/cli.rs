@@ -134,4 +134,14 @@ fn begin_exit_codes() {
         "unreachable server is retryable: {}",
         text(&err)
     );
+    let message = text(&err);
+    let refused = message.lines().find(|l| l.contains("error:")).unwrap();
+    let causes: Vec<&str> = refused.split(": ").filter(|c| c.len() > 12).collect();
+    for cause in &causes {
+        assert_eq!(
+            refused.matches(cause).count(),
+            1,
+            "{cause:?} is said more than once: {refused}"
+        );
+    }
 }

@@ -168,6 +168,10 @@ fn bad_winners_are_refused_before_anything_is_attached() {
     let mut forged = built[0][1].clone();
     forged.parts = built[0][0].parts.clone();
     let forged_line = forged.to_json_line();
+    // A winners line whose rows were edited (the load would report rows the table lacks).
+    let mut more_rows = built[1][0].clone();
+    more_rows.parts[0].rows += 1;
+    let more_rows_line = more_rows.to_json_line();
 
     let cases: Vec<(&str, Vec<String>, Vec<&str>, &str)> = vec![
         (
@@ -199,6 +203,12 @@ fn bad_winners_are_refused_before_anything_is_attached() {
             "app-b.0",
         ),
         (
+            "rows edited in a winners line",
+            vec![built[0][0].to_json_line(), more_rows_line],
+            vec![],
+            "but its count.txt",
+        ),
+        (
             "not a manifest",
             vec!["{\"hello\": 1}".into(), built[1][0].to_json_line()],
             vec![],
@@ -222,7 +232,8 @@ fn bad_winners_are_refused_before_anything_is_attached() {
         );
     }
 
-    // A part changed after upload (same size): sizes pass, --verify full refuses it.
+    // A part changed after upload (same size): sizes pass, the default for part visibility
+    // (--verify full) refuses it.
     let victim = &built[1][0].parts[0];
     let path = std::path::Path::new(built[1][0].target.data_path.as_str())
         .join("detached")
@@ -233,7 +244,7 @@ fn bad_winners_are_refused_before_anything_is_attached() {
     bytes[last] ^= 0xff;
     std::fs::write(&path, bytes).unwrap();
     let file = winners_file(&s, "w.jsonl", &[&built[0][0], &built[1][0]]);
-    let out = commit(&s, "cr-1", &file, &["--verify", "full"], None);
+    let out = commit(&s, "cr-1", &file, &[], None);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert!(
         text(&out).contains("data.bin") && text(&out).contains("changed after upload"),
@@ -244,6 +255,42 @@ fn bad_winners_are_refused_before_anything_is_attached() {
         ch.q(&format!("SELECT count() FROM {}", s.table)).trim(),
         "0"
     );
+}
+
+/// Partition visibility checks content by default: a byte flipped in a waiting part (sizes
+/// unchanged, so ATTACH itself would accept it and every later query of the table would fail
+/// with `Code: 40`) is found by the server's CHECK TABLE of the shadow before anything is
+/// visible; a resumed commit checks again.
+#[test]
+fn a_changed_part_is_refused_before_anything_is_visible() {
+    let ch = shared();
+    let s = Setup::new(ch, "commit_check_table");
+    let load = "check-1";
+    let built = build_load(&s, load, &[], 2, &["app-a"]);
+    let victim = &built[1][0].parts[0];
+    let path = std::path::Path::new(built[1][0].target.data_path.as_str())
+        .join("detached")
+        .join(victim.name.to_string())
+        .join("data.bin");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&path, bytes).unwrap();
+    let file = winners_file(&s, "w.jsonl", &[&built[0][0], &built[1][0]]);
+    for run in 0..2 {
+        let out = commit(&s, load, &file, &[], None);
+        assert_eq!(out.status.code(), Some(4), "run {run}: {}", text(&out));
+        assert!(
+            text(&out).contains("CHECK TABLE fails part") && text(&out).contains("Checksum"),
+            "run {run}: {}",
+            text(&out)
+        );
+        assert_eq!(
+            ch.q(&format!("SELECT count() FROM {}", s.table)).trim(),
+            "0",
+            "run {run}: rows became visible"
+        );
+    }
 }
 
 #[test]
@@ -325,6 +372,147 @@ fn two_concurrent_commits_attach_each_part_once() {
             ch.q(&fingerprint_sql(&s.table)),
             expected_fingerprint(ch, &[0, 1, 2]),
             "{begin:?}"
+        );
+    }
+}
+
+/// Two drivers commit one load with *different* winners at once (a zombie driver and its
+/// replacement): the server keeps one plan, the other commit exits 4 before anything of it
+/// becomes visible, and the rows are exactly once. Several rounds, both visibilities.
+#[test]
+fn two_commits_with_other_winners_settle_on_one_plan() {
+    let ch = shared();
+    for (i, begin) in [&[][..], &["--visibility", "part"][..]].iter().enumerate() {
+        for round in 0..3 {
+            let s = Setup::new(ch, &format!("commit_plan_race_{i}_{round}"));
+            let load = format!("cp-{i}-{round}");
+            let built = build_load(&s, &load, begin, 2, &["app-a", "app-b"]);
+            let a = winners_file(&s, "a.jsonl", &[&built[0][0], &built[1][0]]);
+            let b = winners_file(&s, "b.jsonl", &[&built[0][1], &built[1][0]]);
+            let spawn = |file: &PathBuf| {
+                let mut cmd = chpart();
+                cmd.args(["commit", "--config"])
+                    .arg(&s.config)
+                    .args(["--load", &load, "--json", "--winners"])
+                    .arg(file);
+                cmd.stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            };
+            let (pa, pb) = (spawn(&a), spawn(&b));
+            let (oa, ob) = (
+                pa.wait_with_output().unwrap(),
+                pb.wait_with_output().unwrap(),
+            );
+            let codes = (oa.status.code(), ob.status.code());
+            let (won, lost, winner) = match codes {
+                (Some(0), Some(4)) => (&oa, &ob, &built[0][0]),
+                (Some(4), Some(0)) => (&ob, &oa, &built[0][1]),
+                _ => panic!(
+                    "{begin:?} round {round}: exactly one commit must win: {}\n---\n{}",
+                    text(&oa),
+                    text(&ob)
+                ),
+            };
+            assert!(
+                text(lost).contains("a commit with other winners is already recorded"),
+                "{}",
+                text(lost)
+            );
+            let summary: serde_json::Value =
+                serde_json::from_slice(&won.stdout).expect("the winner's summary");
+            assert_eq!(
+                summary["winners"][0][1].as_str(),
+                Some(winner.attempt.id.as_str()),
+                "{begin:?} round {round}: the committed plan is the winner's"
+            );
+            assert_eq!(
+                ch.q(&fingerprint_sql(&s.table)),
+                expected_fingerprint(ch, &[0, 1]),
+                "{begin:?} round {round}: not exactly once"
+            );
+            // The loser's winners stay refused; the winner's finish as a no-op.
+            let loser_file = if std::ptr::eq(winner, &built[0][0]) {
+                &b
+            } else {
+                &a
+            };
+            let again = commit(&s, &load, loser_file, &[], None);
+            assert_eq!(
+                again.status.code(),
+                Some(0),
+                "a committed load: {}",
+                text(&again)
+            );
+        }
+    }
+}
+
+/// The plan holds everything a commit needs: killed after claiming the load, with the
+/// winners file gone (the driver's host lost), `chpart commit --load L` without `--winners`
+/// from another working directory finishes it exactly once. Without a plan there is nothing
+/// to resume from.
+#[test]
+fn a_commit_resumes_from_the_ledger_alone() {
+    let ch = shared();
+    for (i, (point, begin)) in [
+        ("after-decision", &[][..]),
+        ("after-attach:1", &["--visibility", "part"][..]),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let s = Setup::new(ch, &format!("commit_resume_ledger_{i}"));
+        let load = format!("resume-{i}");
+        let built = build_load(&s, &load, begin, 2, &["app-a", "app-b"]);
+        let file = winners_file(&s, "w.jsonl", &[&built[0][1], &built[1][0]]);
+
+        let mut no_plan = chpart();
+        no_plan
+            .args(["commit", "--config"])
+            .arg(&s.config)
+            .args(["--load", &load]);
+        let out = no_plan.output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(
+            text(&out).contains("no commit plan is recorded yet"),
+            "{}",
+            text(&out)
+        );
+
+        let out = commit(&s, &load, &file, &["--partitions", "2"], Some(point));
+        assert_eq!(
+            out.status.code(),
+            None,
+            "{point}: to be killed: {}",
+            text(&out)
+        );
+        std::fs::remove_file(&file).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let mut resume = chpart();
+        resume
+            .current_dir(elsewhere.path())
+            .args(["commit", "--json", "--config"])
+            .arg(&s.config)
+            .args(["--load", &load]);
+        let out = resume.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{point}: resume: {}",
+            text(&out)
+        );
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            summary["winners"][0][1].as_str(),
+            Some(built[0][1].attempt.id.as_str()),
+            "{point}: the recorded winners"
+        );
+        assert_eq!(
+            ch.q(&fingerprint_sql(&s.table)),
+            expected_fingerprint(ch, &[0, 1]),
+            "{point}: not exactly once"
         );
     }
 }

@@ -174,7 +174,8 @@ fn build_upload_publish_attach_over_sftp() {
     let fs = sftp(&sshd, "root");
     let layout = StagingLayout::new(ch.data_dir.join("chpart-staging").to_str().unwrap()).unwrap();
     let load: LoadId = "smoke-load-1".parse().unwrap();
-    let attempt = AttemptId::spark("local-1764490000000", 7).unwrap();
+    let attempt =
+        AttemptId::spark("local-1764490000000", "s1764489999000", "9f3a0c1d2e4b", 7).unwrap();
     let names = publish(&fs, &layout, data_path, &load, &attempt, &parts);
 
     rt.block_on(async {

@@ -136,9 +136,14 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum VerifyArg {
-    /// Every file present with its manifest size (metadata only).
+    /// `server` with partition visibility, `full` with part visibility.
+    Auto,
+    /// Every file present with its manifest size (metadata only): no content check.
     Sizes,
-    /// Every file's sha256 recomputed on the host (reads all bytes back).
+    /// Sizes on the host, then CHECK TABLE of the shadow and every part's hash before any
+    /// partition is published (partition visibility only).
+    Server,
+    /// Every file's sha256 recomputed on the host before ATTACH (reads all bytes back).
     Full,
 }
 
@@ -149,14 +154,16 @@ pub struct CommitArgs {
     /// The load id given to `chpart begin`.
     #[arg(long, value_name = "LOAD_ID")]
     pub load: String,
-    /// The winning manifests as JSON lines (a file, or - for stdin).
+    /// The winning manifests as JSON lines (a file, or - for stdin). Needed by the first
+    /// commit of a load; without it, a commit whose plan is recorded resumes from the ledger
+    /// alone (on any machine with the same config).
     #[arg(long, value_name = "FILE|-")]
-    pub winners: PathBuf,
+    pub winners: Option<PathBuf>,
     /// Must equal the load's visibility (chosen at `begin`); a safety check for scripts.
     #[arg(long, value_enum)]
     pub visibility: Option<VisibilityArg>,
     /// How parts are compared with their manifests before anything becomes visible.
-    #[arg(long, value_enum, default_value = "sizes")]
+    #[arg(long, value_enum, default_value = "auto")]
     pub verify: VerifyArg,
     /// The job's number of partitions: 0..N must each have a winner (else a gap in the
     /// partition numbers seen counts as missing).
@@ -237,8 +244,9 @@ pub struct BuildArgs {
     /// The partition (task) number this attempt computes.
     #[arg(long, value_name = "N")]
     pub partition: u32,
-    /// A unique id of this attempt, e.g. `<Spark applicationId>.<taskAttemptId>`. Two attempts
-    /// must never share one: it scopes every path and part name the attempt writes.
+    /// A unique id of this attempt (chpart_spark: `<applicationId>.<application attempt>.<nonce>.<taskAttemptId>`).
+    /// Two attempts must never share one: it scopes every path and part name the attempt writes,
+    /// and a build whose attempt's staging directory exists already is refused (exit 4).
     #[arg(long, value_name = "ATTEMPT_ID")]
     pub attempt: String,
     /// Stage id, for the record.
@@ -299,6 +307,19 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .map_err(|e| Failure::new(FailureKind::Permanent, e))
 }
 
+/// This host's clickhouse-local version, recorded by `begin` for operators. The driver need
+/// not have one (executors build), so failing to run it is only logged.
+fn local_version(config: &Config) -> Option<String> {
+    let local = &config.clickhouse_local;
+    match chpart_build::LocalCommand::new(&local.command, local.timeout).identify() {
+        Ok(id) => Some(id.version),
+        Err(e) => {
+            tracing::warn!("not recording a clickhouse-local version: {e}");
+            None
+        }
+    }
+}
+
 fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
     let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
     let target: TableRef = args.table.parse().context("--table").map_err(usage)?;
@@ -313,6 +334,7 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
         visibility: args.visibility.into(),
         host: config.clickhouse.host_name.clone(),
         allow_materialized_views: args.allow_materialized_views,
+        clickhouse_local_version: local_version(&config),
     };
     let ledger = Ledger::new(server_of(&config), &config.ledger_database);
     let outcome = runtime()?

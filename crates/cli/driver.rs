@@ -40,7 +40,7 @@ fn read_winners(path: &std::path::Path) -> Result<Vec<(usize, String)>, Failure>
 
 pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
     let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
-    let winners = read_winners(&args.winners)?;
+    let winners = args.winners.as_deref().map(read_winners).transpose()?;
     let driver = driver_env(&args.config)?;
     let env = CommitEnv {
         ledger: &driver.ledger,
@@ -51,8 +51,10 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
         load: load.clone(),
         winners,
         verify: match args.verify {
-            VerifyArg::Sizes => Verify::Sizes,
-            VerifyArg::Full => Verify::Full,
+            VerifyArg::Auto => None,
+            VerifyArg::Sizes => Some(Verify::Sizes),
+            VerifyArg::Server => Some(Verify::Server),
+            VerifyArg::Full => Some(Verify::Full),
         },
         expected_partitions: args.partitions,
         allow_missing: args.allow_missing_partitions,
@@ -185,9 +187,12 @@ pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
         );
     }
     for l in &loads {
-        let state = match (l.state.as_str(), l.decision.as_deref()) {
-            ("open", Some("commit")) => "open (a commit claimed it: re-run commit to finish)",
-            (state, _) => state,
+        let state = match (l.state.as_str(), l.decision.as_deref(), l.parts_planned) {
+            ("open", Some("commit"), _) => {
+                "open (a commit claimed it: finish it with `chpart commit --load` alone)"
+            }
+            ("open", _, Some(_)) => "open (planned: finish it with `chpart commit --load` alone)",
+            (state, _, _) => state,
         };
         println!(
             "{}  {}  table {}  mode {}  visibility {}{}",

@@ -36,6 +36,27 @@ impl Failure {
     }
 }
 
+/// The error and its causes joined by `: `, each said once. Many errors embed their cause in
+/// their own message (thiserror's `{source}`, `{0}` of a `#[from]`) and also expose it as
+/// `source()`; anyhow's `{:#}` would then print it again. A cause whose text is already part of
+/// the message before it adds nothing and is skipped (its own causes are still judged).
+pub fn render(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut parent: Option<String> = None;
+    for cause in error.chain() {
+        let text = cause.to_string();
+        let repeated = parent.as_deref().is_some_and(|p| p.contains(&text));
+        if !repeated {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+        parent = Some(text);
+    }
+    out
+}
+
 pub trait ExitCodeOf {
     fn exit_code(self) -> ExitCode;
 }
@@ -53,4 +74,64 @@ impl ExitCodeOf for FailureKind {
 
 pub fn ok() -> ExitCode {
     ExitCode::from(OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Inner {
+        #[error("Corrupt footer")]
+        Footer,
+        #[error("connection refused")]
+        Refused,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum Outer {
+        /// Embeds its cause and exposes it.
+        #[error("reading a.parquet: {0}")]
+        Embeds(#[source] Inner),
+        /// Exposes its cause only.
+        #[error("reading b.parquet")]
+        Exposes(#[source] Inner),
+        /// Embeds a cause that embeds its own.
+        #[error("request to 127.0.0.1:9: {0}")]
+        Twice(#[source] Box<Outer>),
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let rows: Vec<(&str, anyhow::Error, &str)> = vec![
+            (
+                "embedded cause",
+                anyhow::Error::new(Outer::Embeds(Inner::Footer)).context("load l"),
+                "load l: reading a.parquet: Corrupt footer",
+            ),
+            (
+                "exposed cause",
+                anyhow::Error::new(Outer::Exposes(Inner::Footer)).context("load l"),
+                "load l: reading b.parquet: Corrupt footer",
+            ),
+            (
+                "embedded two levels deep",
+                anyhow::Error::new(Outer::Twice(Box::new(Outer::Embeds(Inner::Refused)))),
+                "request to 127.0.0.1:9: reading a.parquet: connection refused",
+            ),
+            (
+                "an embedded parent over an exposing child",
+                anyhow::Error::new(Outer::Twice(Box::new(Outer::Exposes(Inner::Refused)))),
+                "request to 127.0.0.1:9: reading b.parquet: connection refused",
+            ),
+            (
+                "plain context chain",
+                anyhow::anyhow!("root").context("middle").context("top"),
+                "top: middle: root",
+            ),
+        ];
+        for (case, error, want) in rows {
+            assert_eq!(render(&error), want, "{case}");
+        }
+    }
 }

@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     match args::run(cli) {
         Ok(code) => code,
         Err(failure) => {
-            eprintln!("chpart: error: {:#}", failure.error);
+            eprintln!("chpart: error: {}", exit::render(&failure.error));
             failure.kind.exit_code()
         }
     }

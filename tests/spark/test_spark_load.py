@@ -4,6 +4,7 @@ Spark's event log, the table's contents and chpart's status."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -35,6 +36,7 @@ def test_task_retry_after_publish_loads_exactly_once(spark, clickhouse, chpart_c
                                  _after_build=fail_first_attempt(1, marker))
     source = chpart_spark.spark_checksum(df)
     app_id = spark.sparkContext.applicationId
+    started = spark.sparkContext.startTime
     spark.stop()  # completes the event log
 
     # Spark really ran a failing attempt of partition 1 (the oracle: its event log) ...
@@ -47,7 +49,14 @@ def test_task_retry_after_publish_loads_exactly_once(spark, clickhouse, chpart_c
     assert summary["spark_partitions"] == 4
     winners = dict(summary["winners"])
     assert sorted(winners) == [0, 1, 2, 3]
-    assert winners[1] != loser["attempt"] and winners[1].startswith(app_id + ".")
+    assert winners[1] != loser["attempt"]
+    # Attempt ids: <applicationId>.<application attempt (here none: the driver's start time)>.
+    # <nonce of this write()>.<taskAttemptId>, one prefix for the whole write.
+    shape = re.compile(rf"^{re.escape(app_id)}\.s{started}\.([0-9a-f]{{12}})\.(\d+)$")
+    ids = list(winners.values()) + [loser["attempt"]]
+    assert all(shape.match(a) for a in ids), ids
+    assert len({shape.match(a).group(1) for a in ids}) == 1, ids
+    assert shape.match(loser["attempt"]).group(2) == str(loser["task_attempt_id"]), loser
     assert summary["rows"] == 60_000 and summary["application_id"] == app_id
 
     assert_exactly_once(clickhouse, TABLE, source)
@@ -81,6 +90,9 @@ def test_replace_reload_of_existing_partitions(spark, clickhouse, chpart_config,
     s2 = chpart_spark.write(fix, table=TABLE, load_id="history-v2-day1", config=chpart_config, chpart=chpart_bin,
                             mode="replace", _after_build=fail_first_attempt(0, marker))
     assert s2["mode"] == "replace" and s2["rows"] == 9_000 and s2["partitions"] == 1
+    # Two writes of one application never share an attempt id prefix (the per-write nonce).
+    prefixes = lambda summary: {a.rsplit(".", 1)[0] for _, a in summary["winners"]}  # noqa: E731
+    assert len(prefixes(s1)) == 1 and len(prefixes(s2)) == 1 and prefixes(s1) != prefixes(s2), (s1, s2)
     fix_source = chpart_spark.spark_checksum(fix)
 
     # Re-running the first (committed) load is a no-op that reports it.
@@ -126,9 +138,10 @@ def run_driver(tmp_path, config, chpart, load, winners, rows, crash_at=None, mar
 
 def test_driver_killed_during_commit_then_rerun(clickhouse, chpart_config, chpart_bin, tmp_path):
     """(c) The driver's commit dies after its first ATTACH (CHPART_TEST_CRASH_AT=after-attach:1,
-    given only through write(extra_env=...)): nothing is visible, the winners file is kept;
-    re-running the commit finishes the load exactly once; re-running the job resumes from the
-    winners file without a new Spark job and changes nothing."""
+    given only through write(extra_env=...)): nothing is visible, the winners file is kept.
+    Then the driver's host is lost with that file: re-running the job resumes the commit from
+    the ledger alone (the plan holds the winners' manifests), without a new Spark job, exactly
+    once; running it once more changes nothing."""
     make_table(clickhouse)
     winners = tmp_path / "winners" / "crash-load.jsonl"
     marker = str(tmp_path / "fail-p1.marker")
@@ -156,22 +169,22 @@ def test_driver_killed_during_commit_then_rerun(clickhouse, chpart_config, chpar
     assert 1 <= in_shadow <= sum(len(m["parts"]) for m in lines), in_shadow
     assert int(clickhouse.scalar(f"SELECT count() FROM {TABLE}")) == 0
 
-    # Re-run the commit with the kept winners file, as CommitError's message says.
-    commit = subprocess.run(
-        [chpart_bin, "commit", "--config", chpart_config, "--load", "crash-load", "--winners", str(winners),
-         "--partitions", "4", "--json"], capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
-    assert commit.returncode == 0, commit.stderr
-    summary = json.loads(commit.stdout.strip().splitlines()[-1])
-    assert summary["rows"] == 40_000
+    # The driver's host is lost, and the winners file with it: re-running the job finishes the
+    # commit from the ledger's plan alone, without a Spark job (which would bring other winners).
+    winners.unlink()
     source = chpart_spark.Checksum(crashed["source_rows"], int(crashed["source_sum"]))
-    assert_exactly_once(clickhouse, TABLE, source)
-
-    # Re-running the whole job resumes from the winners file: no Spark job, no change.
     proc, rerun = run_driver(tmp_path, chpart_config, chpart_bin, "crash-load", winners, 40_000, name="rerun")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert rerun["summary"]["resumed"] is True and rerun["summary"]["rows"] == 40_000, rerun
+    summary = rerun["summary"]
+    assert summary["resumed"] is True and summary["rows"] == 40_000, rerun
     assert rerun["jobs"] == 0, "the resumed run must not run a Spark job"
-    assert not winners.exists(), "the winners file is removed once the load is committed"
+    assert sorted(p for p, _ in summary["winners"]) == [0, 1, 2, 3], summary
+    assert_exactly_once(clickhouse, TABLE, source)
+
+    # Once more: the load is committed, nothing changes.
+    proc, again = run_driver(tmp_path, chpart_config, chpart_bin, "crash-load", winners, 40_000, name="again")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert again["summary"]["already_committed"] is True and again["jobs"] == 0, again
     assert_exactly_once(clickhouse, TABLE, source)
 
     entry = load_status(chpart_config, chpart_bin, "crash-load")

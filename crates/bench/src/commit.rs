@@ -335,6 +335,9 @@ struct CpuResults {
     /// From the end of the commit until the server's merges (of the ledger entries the
     /// commit wrote) are done.
     settle: CpuRow,
+    /// One `CHECK TABLE` of the committed parts, alone: what the commit's default content
+    /// check (`--verify server`, CHECK TABLE of the shadow before MOVE) costs of its row (b).
+    check: CpuRow,
     chpart_parts: usize,
     /// Server CPU seconds per second while nothing ran.
     idle_rate: f64,
@@ -942,6 +945,14 @@ impl Bench<'_> {
         let before = mark()?;
         self.wait_quiet()?;
         let settle = step(before, uncompressed)?;
+        // The content check inside the commit, measured on its own: the same parts, now in
+        // the target, checked once more by the server.
+        let before = mark()?;
+        sql(
+            server,
+            &format!("CHECK TABLE {table} SETTINGS check_query_single_value_result = 0"),
+        )?;
+        let check = step(before, uncompressed)?;
 
         // (c) What a commit costs whatever its size: commits of tiny loads, same steps.
         let small = generate(&GenOptions {
@@ -980,6 +991,7 @@ impl Bench<'_> {
             },
             commit,
             settle,
+            check,
             chpart_parts: prepared.parts,
             idle_rate,
             fixed_commit_cpu: fixed / f64::from(SMALL_LOADS),
@@ -1342,6 +1354,11 @@ fn report(results: &Results) -> String {
             "    after the commit: merges of its ledger entries",
             &cpu.settle,
         );
+        row(
+            w,
+            "    of (b): the content check (one CHECK TABLE of its parts)",
+            &cpu.check,
+        );
         let all = [&cpu.begin, &cpu.build, &cpu.commit, &cpu.settle];
         let total = CpuRow {
             secs: all.iter().map(|r| r.secs).sum(),
@@ -1652,6 +1669,7 @@ mod tests {
                 build: cpu_row(0.05),
                 commit: cpu_row(0.02),
                 settle: cpu_row(0.01),
+                check: cpu_row(0.005),
                 chpart_parts: 5,
                 idle_rate: 0.005,
                 fixed_commit_cpu: 0.015,

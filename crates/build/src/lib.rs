@@ -8,8 +8,8 @@
 //! byte-compatible with the server; the cost is running an external program, which
 //! [`runner`] does carefully.
 //!
-//! - [`runner`]: runs clickhouse-local with streamed stdin, bounded stderr, a timeout, and no
-//!   orphaned or zombie children.
+//! - [`runner`]: runs clickhouse-local with bounded stderr, a timeout, and no orphaned or
+//!   zombie children.
 //! - [`ddl`]: adapts the target's `create_table_query` for clickhouse-local.
 //! - [`parts`]: the build session's SQL, the checks each built part must pass, and file digests.
 //! - [`workdir`]: the scratch directory of one build, unique per process and attempt.
@@ -25,8 +25,8 @@ pub mod workdir;
 pub use ddl::{local_table_ddl, DdlError};
 pub use parts::{
     build_query, digest_part, inspect_parts, local_args, rewrite_query, ttl_due, BuiltPart,
-    DigestError, PartCheckError, QueryError, Rewrite, Source, StdinInput, NO_BACKGROUND_MERGES,
+    DigestError, FileSource, PartCheckError, QueryError, Rewrite, NO_BACKGROUND_MERGES,
 };
-pub use runner::{LocalCommand, Producer, RunError, Stdin};
+pub use runner::{LocalCommand, LocalIdentity, RunError};
 pub use sql::{quote_ident, quote_str};
 pub use workdir::{WorkDir, WorkDirError};

@@ -35,28 +35,9 @@ use sha2::{Digest, Sha256};
 
 use crate::sql::{quote_ident, quote_os, quote_str};
 
-/// Where the rows of an INSERT come from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// The input table clickhouse-local creates from stdin (`--table NAME --structure ...
-    /// --input-format ...`); see [`local_args`]. Its columns must be named like the insert
-    /// columns: rows are taken by name, not by position.
-    StdinTable(String),
-    /// Files read with the `file()` table function: (absolute path, format, structure), one
-    /// INSERT per file. The structure's column names must match the insert columns.
-    Files(Vec<(PathBuf, String, String)>),
-}
-
-/// clickhouse-local's input table, for [`local_args`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StdinInput {
-    /// Table name (`--table`); use the same name in [`Source::StdinTable`].
-    pub table: String,
-    /// Input format (`--input-format`), e.g. `TabSeparated`, `ArrowStream`, `Native`.
-    pub format: String,
-    /// Column list (`--structure`), e.g. `id UInt64, ts DateTime64(3, 'UTC')`.
-    pub structure: String,
-}
+/// One input file of a build, read with the `file()` table function: (absolute path, format,
+/// structure). The structure's column names must match the insert columns.
+pub type FileSource = (PathBuf, String, String);
 
 /// Why a build query cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,13 +67,13 @@ pub const NO_BACKGROUND_MERGES: &str = "max_bytes_to_merge_at_max_space_in_pool 
 /// The statements of one build session, ending with a query whose TabSeparated output is what
 /// [`inspect_parts`] reads (with `None`). `ddl` is [`crate::ddl::local_table_ddl`]'s statement for
 /// `database`.`table`; `insert_columns` are the columns the input provides (empty: all of the
-/// table's insertable columns, in table order).
+/// table's insertable columns, in table order); one INSERT per file of `files`.
 pub fn build_query(
     ddl: &str,
     database: &str,
     table: &str,
     insert_columns: &[String],
-    source: Source,
+    files: Vec<FileSource>,
 ) -> Result<String, QueryError> {
     let target = format!("{}.{}", quote_ident(database), quote_ident(table));
     let (column_list, select_list) = if insert_columns.is_empty() {
@@ -109,29 +90,19 @@ pub fn build_query(
     ];
     // Each part keeps every input row: see the module docs.
     let insert = format!("INSERT INTO {target}{column_list} SETTINGS optimize_on_insert = 0");
-    match source {
-        Source::StdinTable(name) => {
-            statements.push(format!(
-                "{insert} SELECT {select_list} FROM {}",
-                quote_ident(&name)
-            ));
+    if files.is_empty() {
+        return Err(QueryError::NoFiles);
+    }
+    for (path, format, structure) in files {
+        if !path.is_absolute() {
+            return Err(QueryError::RelativePath { path });
         }
-        Source::Files(files) => {
-            if files.is_empty() {
-                return Err(QueryError::NoFiles);
-            }
-            for (path, format, structure) in files {
-                if !path.is_absolute() {
-                    return Err(QueryError::RelativePath { path });
-                }
-                statements.push(format!(
-                    "{insert} SELECT {select_list} FROM file({}, {}, {})",
-                    quote_os(path.as_os_str()),
-                    quote_str(&format),
-                    quote_str(&structure)
-                ));
-            }
-        }
+        statements.push(format!(
+            "{insert} SELECT {select_list} FROM file({}, {}, {})",
+            quote_os(path.as_os_str()),
+            quote_str(&format),
+            quote_str(&structure)
+        ));
     }
     statements.push(list_parts(database, table));
     Ok(statements.join(";\n"))
@@ -178,24 +149,14 @@ fn list_parts(database: &str, table: &str) -> String {
     )
 }
 
-/// clickhouse-local's arguments for a build session: its data directory, the input table when
-/// rows come on stdin, and the query.
-pub fn local_args(data_path: &Path, input: Option<&StdinInput>, query: &str) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["--path".into(), data_path.into()];
-    if let Some(input) = input {
-        for (flag, value) in [
-            ("--table", &input.table),
-            ("--input-format", &input.format),
-            ("--structure", &input.structure),
-            ("--file", &"-".to_string()),
-        ] {
-            args.push(flag.into());
-            args.push(value.into());
-        }
-    }
-    args.push("--query".into());
-    args.push(query.into());
-    args
+/// clickhouse-local's arguments for a build session: its data directory and the query.
+pub fn local_args(data_path: &Path, query: &str) -> Vec<OsString> {
+    vec![
+        "--path".into(),
+        data_path.into(),
+        "--query".into(),
+        query.into(),
+    ]
 }
 
 /// A part clickhouse-local built, as reported by `system.parts` and checked on disk.

@@ -7,28 +7,21 @@
 //!   writes more than a pipe buffer (64 KiB on Linux) to either never blocks on us;
 //! - only the last [`STDERR_TAIL_BYTES`] of stderr are kept: enough for ClickHouse's
 //!   `Code: N. DB::Exception: ...` message and its context, bounded however chatty the child is;
-//! - input is produced by a caller-supplied [`Stdin::Writer`] on a third thread (e.g. a pump
-//!   turning Arrow batches into a stream), so producing and consuming overlap;
+//! - stdin is `/dev/null`: clickhouse-local reads its input from files (an Arrow stream is
+//!   spooled into the work dir first, because the 26.9 engine seeks in it);
 //! - the child is killed and reaped on *every* path out of [`LocalCommand::run`] other than its
-//!   own exit: the timeout, a failing producer, an I/O error, a panic unwinding through `run`
-//!   (a drop guard owns the child). On Linux the child also gets `PR_SET_PDEATHSIG(SIGKILL)`,
-//!   so even a builder killed with SIGKILL does not leave clickhouse-local running;
+//!   own exit: the timeout, an I/O error, a panic unwinding through `run` (a drop guard owns the
+//!   child). On Linux the child also gets `PR_SET_PDEATHSIG(SIGKILL)`, so even a builder killed
+//!   with SIGKILL does not leave clickhouse-local running;
 //! - errors say which program failed and how: exit status and the tail of its stderr, or that
 //!   the program does not exist and which config key names it.
-//!
-//! Contract for producers: the pipe they write to is closed by the child when it exits, so
-//! writes then fail with `BrokenPipe` (Rust programs ignore SIGPIPE by default; a host process
-//! that restores SIGPIPE's default action would be killed instead). A producer blocked reading
-//! its own source cannot be interrupted: when the child is killed, `run` returns without
-//! waiting for it and the thread ends whenever its source does.
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::panic::{self, AssertUnwindSafe};
+use std::io::{self, Read};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -47,39 +40,6 @@ const KILL_GRACE: Duration = Duration::from_secs(2);
 /// `wait` on another thread) keeps the `Child` owned by this thread, so killing it can never
 /// hit a recycled pid; 20 ms is nothing next to clickhouse-local's ~0.5 s start-up.
 const MAX_POLL: Duration = Duration::from_millis(20);
-
-/// Writes the child's input into its stdin; returns how many bytes it wrote.
-pub type Producer = Box<dyn FnOnce(&mut dyn Write) -> io::Result<u64> + Send>;
-
-/// What the child reads on stdin.
-pub enum Stdin {
-    /// `/dev/null`: the child reads nothing.
-    Null,
-    /// A producer that streams the input into the child's stdin on its own thread. The pipe is
-    /// closed when it returns, which is how the child sees the end of its input. An error it
-    /// returns (other than the `BrokenPipe` a dying child causes) kills the child and fails
-    /// the run with [`RunError::Producer`], even if the child would have exited successfully on
-    /// the truncated input.
-    Writer(Producer),
-}
-
-impl Stdin {
-    /// Wraps a closure as [`Stdin::Writer`].
-    pub fn writer(
-        produce: impl FnOnce(&mut dyn Write) -> io::Result<u64> + Send + 'static,
-    ) -> Stdin {
-        Stdin::Writer(Box::new(produce))
-    }
-}
-
-impl fmt::Debug for Stdin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Stdin::Null => f.write_str("Stdin::Null"),
-            Stdin::Writer(_) => f.write_str("Stdin::Writer(..)"),
-        }
-    }
-}
 
 /// Why a run of the program did not produce its output.
 #[derive(Debug, thiserror::Error)]
@@ -122,28 +82,6 @@ pub enum RunError {
         /// The last [`STDERR_TAIL_BYTES`] of its stderr so far (lossy UTF-8).
         stderr_tail: String,
     },
-    /// The producer feeding the program's stdin failed (or panicked); the program was killed
-    /// so that it could not finish on truncated input.
-    #[error("the input streamed into {} failed: {source}; {} was killed{}", program.display(), program.display(), StderrTail(stderr_tail))]
-    Producer {
-        /// The program as configured.
-        program: PathBuf,
-        /// The producer's error.
-        source: io::Error,
-        /// The last [`STDERR_TAIL_BYTES`] of the program's stderr (lossy UTF-8).
-        stderr_tail: String,
-    },
-    /// The program exited successfully without reading all of its input (the producer's
-    /// writes failed with `BrokenPipe`): its result cannot cover the input, so it is refused.
-    #[error("{} exited successfully before reading all of its input (writing to its stdin failed: {source}){}", program.display(), StderrTail(stderr_tail))]
-    InputNotRead {
-        /// The program as configured.
-        program: PathBuf,
-        /// The producer's `BrokenPipe` error.
-        source: io::Error,
-        /// The last [`STDERR_TAIL_BYTES`] of the program's stderr (lossy UTF-8).
-        stderr_tail: String,
-    },
     /// An I/O error while supervising the program (checking or killing it, reading its stdout,
     /// starting a thread).
     #[error("{} while running {}: {source}", what, program.display())]
@@ -155,8 +93,8 @@ pub enum RunError {
         /// The error.
         source: io::Error,
     },
-    /// `SELECT version()` printed something that is not a version.
-    #[error("{} printed {output:?} for `SELECT version()`, not a version", program.display())]
+    /// `SELECT version(), timezone()` printed something else than a version and a zone.
+    #[error("{} printed {output:?} for `SELECT version(), timezone()`, not a version and a time zone", program.display())]
     BadVersion {
         /// The program as configured.
         program: PathBuf,
@@ -188,27 +126,47 @@ impl fmt::Display for StderrTail<'_> {
     }
 }
 
-/// A clickhouse-local command: the program and how long one run may take.
+/// A clickhouse-local command: the program, how long one run may take, and its time zone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LocalCommand {
     /// The program, a path or a name looked up in `PATH` (`clickhouse_local.command`).
     pub program: PathBuf,
     /// The longest one run may take, from spawn until its output is collected.
     pub timeout: Duration,
+    /// The time zone every run gets as `TZ` (`None`: this process's). ClickHouse takes its
+    /// default zone from `TZ`, and that zone is what `DateTime` columns without one (and so
+    /// partition keys such as `toYYYYMMDD(ts)`) are computed in.
+    pub timezone: Option<String>,
+}
+
+/// What a clickhouse-local is, as it says itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalIdentity {
+    /// `SELECT version()`, e.g. `26.9.2.1`.
+    pub version: String,
+    /// `SELECT timezone()`: the zone it computes in, e.g. `Etc/UTC`.
+    pub timezone: String,
 }
 
 impl LocalCommand {
-    /// A command running `program` with `timeout` per run.
+    /// A command running `program` with `timeout` per run, in this process's time zone.
     pub fn new(program: impl Into<PathBuf>, timeout: Duration) -> LocalCommand {
         LocalCommand {
             program: program.into(),
             timeout,
+            timezone: None,
         }
     }
 
-    /// Runs the program with `args`, feeding it `stdin`, and returns its stdout if it exits
-    /// successfully. See the module docs for the guarantees about the child process.
-    pub fn run(&self, args: &[OsString], stdin: Stdin) -> Result<Vec<u8>, RunError> {
+    /// The same command with every run in time zone `tz` (an IANA name such as `Etc/UTC`).
+    pub fn in_timezone(mut self, tz: impl Into<String>) -> LocalCommand {
+        self.timezone = Some(tz.into());
+        self
+    }
+
+    /// Runs the program with `args` and returns its stdout if it exits successfully. See the
+    /// module docs for the guarantees about the child process.
+    pub fn run(&self, args: &[OsString]) -> Result<Vec<u8>, RunError> {
         let deadline = Instant::now() + self.timeout;
         let program = &self.program;
         let io_err = |what| {
@@ -222,12 +180,12 @@ impl LocalCommand {
         let mut command = Command::new(program);
         command
             .args(args)
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        command.stdin(match stdin {
-            Stdin::Null => Stdio::null(),
-            Stdin::Writer(_) => Stdio::piped(),
-        });
+        if let Some(tz) = &self.timezone {
+            command.env("TZ", tz);
+        }
         set_parent_death_signal(&mut command);
         let child = command.spawn().map_err(|source| match source.kind() {
             io::ErrorKind::NotFound => RunError::NotFound {
@@ -248,47 +206,12 @@ impl LocalCommand {
             .map_err(io_err("starting the stderr reader"))?;
         let stdout_done =
             spawn_stdout_reader(child_stdout).map_err(io_err("starting the stdout reader"))?;
-        let mut producer = match stdin {
-            Stdin::Null => None,
-            Stdin::Writer(produce) => {
-                let pipe = guard.0.stdin.take().expect("stdin is piped");
-                Some(spawn_producer(pipe, produce).map_err(io_err("starting the input producer"))?)
-            }
-        };
         let tail =
             |stderr: &Arc<Mutex<Tail>>| stderr.lock().unwrap_or_else(|e| e.into_inner()).text();
 
-        // Phase 1: until the child exits. A failing producer ends the run at once (and kills
-        // the child: it must not finish on truncated input); its BrokenPipe only means the
-        // child stopped reading, and the child's own exit tells why.
-        let mut producer_result: Option<io::Result<()>> = None;
+        // Phase 1: until the child exits.
         let mut poll = Duration::from_millis(1);
         let status = loop {
-            if producer_result.is_none() {
-                if let Some(rx) = &producer {
-                    match rx.try_recv() {
-                        Ok(result) => producer_result = Some(result),
-                        Err(TryRecvError::Disconnected) => {
-                            producer_result = Some(Err(io::Error::other(
-                                "the input producer thread ended without a result",
-                            )))
-                        }
-                        Err(TryRecvError::Empty) => {}
-                    }
-                }
-                if let Some(Err(e)) = &producer_result {
-                    if !is_broken_pipe(e) {
-                        let source = take_err(&mut producer_result);
-                        guard.kill_and_reap();
-                        wait_for(&stderr_done, Instant::now() + KILL_GRACE);
-                        return Err(RunError::Producer {
-                            program: program.clone(),
-                            source,
-                            stderr_tail: tail(&stderr),
-                        });
-                    }
-                }
-            }
             if let Some(status) = guard
                 .0
                 .try_wait()
@@ -306,45 +229,10 @@ impl LocalCommand {
         // Phase 2: the child has exited and is reaped. Its pipes close with it unless a process
         // it started still holds them; the deadline bounds that wait too.
         let stderr_complete = wait_for(&stderr_done, deadline);
-        if producer_result.is_none() {
-            if let Some(rx) = producer.take() {
-                // The producer has either finished (its result is queued before it closes the
-                // pipe, so an exit caused by EOF always finds it here) or is still running
-                // while the child has exited without waiting for EOF.
-                producer_result = Some(match rx.try_recv() {
-                    Ok(result) => result,
-                    Err(TryRecvError::Disconnected) => Err(io::Error::other(
-                        "the input producer thread ended without a result",
-                    )),
-                    Err(TryRecvError::Empty) => Err(io::Error::new(
-                        io::ErrorKind::BrokenPipe,
-                        "the child exited while the input producer was still running",
-                    )),
-                });
-            }
-        }
-        if let Some(Err(e)) = &producer_result {
-            if !is_broken_pipe(e) {
-                let source = take_err(&mut producer_result);
-                return Err(RunError::Producer {
-                    program: program.clone(),
-                    source,
-                    stderr_tail: tail(&stderr),
-                });
-            }
-        }
         if !status.success() {
             return Err(RunError::Failed {
                 program: program.clone(),
                 status,
-                stderr_tail: tail(&stderr),
-            });
-        }
-        if let Some(Err(_)) = &producer_result {
-            let source = take_err(&mut producer_result);
-            return Err(RunError::InputNotRead {
-                program: program.clone(),
-                source,
                 stderr_tail: tail(&stderr),
             });
         }
@@ -363,25 +251,32 @@ impl LocalCommand {
         Ok(stdout)
     }
 
-    /// The engine version, from `SELECT version()` (e.g. `26.9.2.1`), to record in manifests.
-    pub fn version(&self) -> Result<String, RunError> {
-        let out = self.run(&["--query".into(), "SELECT version()".into()], Stdin::Null)?;
+    /// The engine version and the time zone a run computes in (one `SELECT version(),
+    /// timezone()`), to record in manifests and to check against the server's.
+    pub fn identify(&self) -> Result<LocalIdentity, RunError> {
+        let query = "SELECT version(), timezone() FORMAT TabSeparated";
+        let out = self.run(&["--query".into(), query.into()])?;
         let output = String::from_utf8_lossy(&out).trim().to_string();
-        let looks_like_version = !output.is_empty()
-            && output.split('.').all(|field| {
+        let bad = || RunError::BadVersion {
+            program: self.program.clone(),
+            output: output.clone(),
+        };
+        let (version, timezone) = output.split_once('\t').ok_or_else(bad)?;
+        let looks_like_version = !version.is_empty()
+            && version.split('.').all(|field| {
                 !field.is_empty()
                     && field
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b == b'-')
             })
-            && output.as_bytes()[0].is_ascii_digit();
-        if !looks_like_version {
-            return Err(RunError::BadVersion {
-                program: self.program.clone(),
-                output,
-            });
+            && version.as_bytes()[0].is_ascii_digit();
+        if !looks_like_version || timezone.is_empty() || timezone.contains(char::is_whitespace) {
+            return Err(bad());
         }
-        Ok(output)
+        Ok(LocalIdentity {
+            version: version.to_owned(),
+            timezone: timezone.to_owned(),
+        })
     }
 
     fn timed_out(
@@ -491,79 +386,12 @@ fn spawn_stdout_reader(
     Ok(rx)
 }
 
-/// Runs the producer on its own thread. The result is sent *before* the pipe is closed, so
-/// once the child has seen EOF the result is already waiting on the channel.
-fn spawn_producer(mut pipe: ChildStdin, produce: Producer) -> io::Result<Receiver<io::Result<()>>> {
-    let (tx, rx) = mpsc::channel();
-    thread::Builder::new()
-        .name("clickhouse-local-stdin".into())
-        .spawn(move || {
-            let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-                let written = produce(&mut pipe)?;
-                pipe.flush()?;
-                Ok(written)
-            }));
-            let result = match outcome {
-                Ok(Ok(written)) => {
-                    tracing::debug!(bytes = written, "input producer finished");
-                    Ok(())
-                }
-                Ok(Err(e)) => Err(e),
-                Err(panic) => Err(io::Error::other(format!(
-                    "the input producer panicked: {}",
-                    panic_message(&*panic)
-                ))),
-            };
-            let _ = tx.send(result);
-            drop(pipe);
-        })?;
-    Ok(rx)
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(non-string panic payload)".to_string()
-    }
-}
-
 /// Waits until `done` signals (or its sender is gone) or `deadline` passes; true if it signalled.
 fn wait_for(done: &Receiver<()>, deadline: Instant) -> bool {
     match done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
         Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
         Err(RecvTimeoutError::Timeout) => false,
     }
-}
-
-fn take_err(result: &mut Option<io::Result<()>>) -> io::Error {
-    match result.take() {
-        Some(Err(e)) => e,
-        _ => unreachable!("take_err is called only on an error"),
-    }
-}
-
-/// True if `e`, or an error it wraps, is `BrokenPipe`: producers often wrap I/O errors in their
-/// own (an Arrow writer's error, `io::Error::other(...)`), and a wrapped EPIPE still means "the
-/// child stopped reading", not "the input is broken".
-fn is_broken_pipe(e: &io::Error) -> bool {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = current {
-        if let Some(io) = err.downcast_ref::<io::Error>() {
-            if io.kind() == io::ErrorKind::BrokenPipe {
-                return true;
-            }
-            // `io::Error::source` skips the wrapped error itself; look at it directly.
-            if let Some(inner) = io.get_ref() {
-                current = Some(inner);
-                continue;
-            }
-        }
-        current = err.source();
-    }
-    false
 }
 
 /// Linux: the child gets SIGKILL when the thread that spawned it dies. `run` blocks its thread

@@ -55,6 +55,18 @@ pub enum ConfigError {
         /// The known sections.
         sections: String,
     },
+    /// A `CHPART_<SECTION>_<KEY>` variable whose section exists but has no such key.
+    #[error("environment variable {var} overrides {section}.{key}, which is not a chpart setting (the keys of [{section}] are: {keys})")]
+    UnknownOverrideKey {
+        /// The variable.
+        var: String,
+        /// The section it names.
+        section: &'static str,
+        /// The key it names (lowercase).
+        key: String,
+        /// The section's keys.
+        keys: String,
+    },
     /// A value that parses but cannot work.
     #[error("config {key}: {message}")]
     Invalid {
@@ -398,6 +410,15 @@ fn apply_overrides(
                 sections: SECTIONS.join(", "),
             });
         };
+        let keys = section_keys(section);
+        if !keys.contains(&key) {
+            return Err(ConfigError::UnknownOverrideKey {
+                var: var.clone(),
+                section,
+                key: key.to_owned(),
+                keys: keys.join(", "),
+            });
+        }
         let entry = table
             .entry(section)
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -410,6 +431,56 @@ fn apply_overrides(
         section_table.insert(key.to_owned(), override_value(value));
     }
     Ok(())
+}
+
+/// The keys of a config section, as its struct's `Deserialize` lists them (so they cannot
+/// drift from the schema).
+fn section_keys(section: &str) -> &'static [&'static str] {
+    match section {
+        "clickhouse" => field_names::<RawClickHouse>(),
+        "transport" => field_names::<RawTransport>(),
+        "ssh" => field_names::<RawSsh>(),
+        "clickhouse_local" => field_names::<RawClickHouseLocal>(),
+        "staging" => field_names::<RawStaging>(),
+        "ledger" => field_names::<RawLedger>(),
+        _ => &[],
+    }
+}
+
+/// The field names a derived `Deserialize` struct passes to `deserialize_struct`: a
+/// deserializer that records them there and then refuses to deserialize anything.
+fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{self, Deserializer, Visitor};
+
+    struct Names<'a>(&'a mut &'static [&'static str]);
+
+    impl<'de> Deserializer<'de> for Names<'_> {
+        type Error = de::value::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("only structs have field names"))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("field names recorded"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Names(&mut fields));
+    fields
 }
 
 /// An override's value: an integer or boolean when it reads as one, else a string.

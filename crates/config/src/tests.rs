@@ -127,7 +127,13 @@ fn rejections_name_the_key_or_variable() {
             "override of an unknown key",
             MINIMAL_LOCAL.into(),
             vec![("CHPART_SSH_HOSTNAME", "x")],
-            "unknown field `hostname`",
+            "environment variable CHPART_SSH_HOSTNAME overrides ssh.hostname, which is not a chpart setting (the keys of [ssh] are: host, port, user,",
+        ),
+        (
+            "override of an unknown key, config without that section",
+            MINIMAL_LOCAL.into(),
+            vec![("CHPART_LEDGER_DATABSE", "x")],
+            "CHPART_LEDGER_DATABSE overrides ledger.databse, which is not a chpart setting (the keys of [ledger] are: database)",
         ),
         (
             "relative staging root",

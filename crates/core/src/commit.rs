@@ -45,12 +45,15 @@
 //!   `detached/attaching_<part>`, and a rename succeeds once, so one part is attached at most
 //!   once however many commits race. Nothing but a successful ATTACH removes a planned part
 //!   of an open load from `detached/` (gc keeps them, executors never touch a published
-//!   part), so "gone without an `attaching_` leftover, and an intent or an active part with
-//!   its hash" means attached. The intent alone suffices because a merge or a MOVE can change
-//!   or move the attached part; the hash alone suffices for a part attached by a commit whose
-//!   intent entry is missing. An `attaching_` leftover means an ATTACH is in flight (or a
-//!   server died in one): the commit waits and observes again, never touching it. After a
-//!   timeout the commit never re-sends ATTACH blindly: it observes and decides again.
+//!   part), and every commit records `attach:<part>` before it sends ATTACH, so "gone without
+//!   an `attaching_` leftover, with an intent" means attached: the ledger's record is the
+//!   identity, never an active part with the same hash (identical rows make identical parts),
+//!   and a merge or a MOVE of the attached part changes nothing. "Gone with no intent" is
+//!   decided only from a ledger read made *after* the observation: a read made before it may
+//!   predate a concurrent commit's intent and ATTACH, so the commit reads the ledger again
+//!   before it may call the part lost. An `attaching_` leftover means an ATTACH is in flight
+//!   (or a server died in one): the commit waits and observes again, never touching it. After
+//!   a timeout the commit never re-sends ATTACH blindly: it observes and decides again.
 //! - **Publish** ([`decide_partition`]): MOVE PARTITION is atomic for readers and a second
 //!   MOVE of a moved partition moves nothing (the shadow keeps only an empty covering part),
 //!   so with all of a partition's parts attached, the shadow holds either all planned rows
@@ -505,13 +508,19 @@ pub fn validate_winners<S: AsRef<str>>(
 ) -> Result<Winners, WinnersError> {
     let mut problems = Vec::new();
     let mut read: Vec<(usize, Manifest)> = Vec::new();
+    // Partitions named by lines that could not be read: already reported, not "missing".
+    let mut unreadable: BTreeSet<u32> = BTreeSet::new();
     for (line, text) in winners {
         let (line, text) = (*line, text.as_ref());
         match Manifest::from_json(text) {
-            Err(e) => problems.push(WinnerProblem::Invalid {
-                origin: peek_origin(line, text),
-                message: e.to_string(),
-            }),
+            Err(e) => {
+                let origin = peek_origin(line, text);
+                unreadable.extend(origin.partition);
+                problems.push(WinnerProblem::Invalid {
+                    origin,
+                    message: e.to_string(),
+                })
+            }
             Ok(m) => {
                 let origin = LineOrigin {
                     line,
@@ -580,10 +589,11 @@ pub fn validate_winners<S: AsRef<str>>(
         }
     }
 
+    let present = |p: &u32| by_partition.contains_key(p) || unreadable.contains(p);
     if !allow_missing {
         match expected_partitions {
             Some(n) => {
-                for partition in (0..n).filter(|p| !by_partition.contains_key(p)) {
+                for partition in (0..n).filter(|p| !present(p)) {
                     problems.push(WinnerProblem::Missing {
                         partition,
                         expected: format!("the job has partitions 0..{n}"),
@@ -592,7 +602,7 @@ pub fn validate_winners<S: AsRef<str>>(
             }
             None => match by_partition.keys().next_back() {
                 Some(&max) => {
-                    for partition in (0..=max).filter(|p| !by_partition.contains_key(p)) {
+                    for partition in (0..=max).filter(|p| !present(p)) {
                         problems.push(WinnerProblem::Missing {
                             partition,
                             expected: format!("winners were given for partitions up to {max}"),
@@ -679,6 +689,11 @@ pub struct CommitPlan {
     /// The winner of each Spark partition, sorted by partition (including winners without
     /// parts).
     pub winners: Vec<(u32, AttemptId)>,
+    /// The winners' manifests as JSON lines ([`Manifest::to_json_line`]), in Spark partition
+    /// order: everything a commit resumed without the winners file needs (the files and
+    /// digests of every part). Empty in plans recorded before chpart kept them.
+    #[serde(default)]
+    pub manifests: Vec<String>,
 }
 
 /// A recorded plan that cannot be used.
@@ -737,6 +752,11 @@ impl CommitPlan {
             partitions,
             total_rows,
             winners: winners_list,
+            manifests: winners
+                .manifests()
+                .values()
+                .map(Manifest::to_json_line)
+                .collect(),
         }
     }
 
@@ -806,7 +826,34 @@ impl CommitPlan {
                 p.name, p.attempt, p.partition
             )));
         }
+        if !plan.manifests.is_empty() {
+            let mut of_manifests = Vec::new();
+            for (i, line) in plan.manifests.iter().enumerate() {
+                let m = Manifest::from_json(line).map_err(|e| {
+                    inconsistent(format!("manifest {} of the plan does not read: {e}", i + 1))
+                })?;
+                of_manifests.push((m.attempt.partition, m.attempt.id));
+            }
+            if of_manifests != plan.winners {
+                return Err(inconsistent(
+                    "its manifests are not those of its winners".into(),
+                ));
+            }
+        }
         Ok(plan)
+    }
+
+    /// The winning manifests as numbered lines, as a winners file would give them: what a
+    /// commit resumed from the ledger alone validates again. `None` for a plan recorded
+    /// before chpart kept the manifests in it.
+    pub fn winner_lines(&self) -> Option<Vec<(usize, String)>> {
+        (!self.manifests.is_empty() || self.winners.is_empty()).then(|| {
+            self.manifests
+                .iter()
+                .enumerate()
+                .map(|(i, line)| (i + 1, line.clone()))
+                .collect()
+        })
     }
 
     /// `sha256:<hex>` of [`CommitPlan::to_json`]: equal plans have equal fingerprints.
@@ -878,6 +925,16 @@ pub enum PlanConflict {
         recorded: Option<AttemptId>,
         /// The new winner, if any.
         new: Option<AttemptId>,
+    },
+    /// Same winners and parts, but a manifest's files or digests differ from the recorded one.
+    #[error("load {load} partition {partition}: the manifest of attempt {attempt} differs from the one recorded in the plan (files or digests changed); pass the manifests the first commit was given, or resume without --winners")]
+    Manifest {
+        /// The load.
+        load: LoadId,
+        /// The Spark partition.
+        partition: u32,
+        /// The attempt.
+        attempt: AttemptId,
     },
     /// Same winners, but a part differs (a manifest was changed after the first commit).
     #[error("load {load} partition {partition} attempt {attempt}: part {part} {detail}; the manifests changed since the plan was recorded")]
@@ -988,6 +1045,22 @@ pub fn plan_matches(recorded: &CommitPlan, new: &CommitPlan) -> Result<(), PlanC
             n,
             "is in this commit's manifests but not in the recorded plan".into(),
         ));
+    }
+    // The winners are equal by now, so both plans list one manifest per winner, in order.
+    if !recorded.manifests.is_empty() {
+        if let Some(i) = recorded
+            .manifests
+            .iter()
+            .zip(&new.manifests)
+            .position(|(r, n)| r != n)
+        {
+            let (partition, attempt) = recorded.winners[i].clone();
+            return Err(PlanConflict::Manifest {
+                load: load(),
+                partition,
+                attempt,
+            });
+        }
     }
     Ok(())
 }
@@ -1199,8 +1272,10 @@ pub struct PartFacts {
     pub in_detached: bool,
     /// `detached/attaching_<part>` exists: an ATTACH holds it, or a crashed server left it.
     pub attaching_leftover: bool,
-    /// An active part of the attach table has the part's `hash_of_all_files`.
-    pub hash_active_in_attach_table: bool,
+    /// The ledger was read *after* the table was observed. A commit records `attach:<part>`
+    /// before it sends ATTACH, so a part that left `detached/` before the observation has its
+    /// intent in any ledger read made after it; a read made before may simply be too old.
+    pub ledger_read_after_observation: bool,
 }
 
 /// What to do about one planned part.
@@ -1215,11 +1290,21 @@ pub enum PartStep {
     Attach,
     /// An ATTACH holds the part (`attaching_` leftover): touch nothing, observe again later.
     Wait,
-    /// Gone without a trace: report [`PartLost`].
+    /// Gone, and the ledger read is older than the observation: read the ledger again (a
+    /// concurrent commit may have attached it meanwhile) and decide with that read.
+    ReadLedger,
+    /// Gone without a trace, even in a ledger read made after the observation: report
+    /// [`PartLost`].
     Lost,
 }
 
 /// Decides the next step for one planned part (see the module doc for why it is safe).
+///
+/// Only the ledger says a part was attached: an active part with the same
+/// `hash_of_all_files` is no proof (identical rows loaded twice have identical parts), and a
+/// part is lost only when a ledger read taken after the observation still holds no intent for
+/// it, so a merge or MOVE of an attached part, or a ledger read that predates a concurrent
+/// commit's work, never makes it look lost.
 pub fn decide_part(facts: &PartFacts) -> PartStep {
     if facts.recorded_attached {
         PartStep::Skip
@@ -1227,8 +1312,10 @@ pub fn decide_part(facts: &PartFacts) -> PartStep {
         PartStep::Wait
     } else if facts.in_detached {
         PartStep::Attach
-    } else if facts.attach_intent || facts.hash_active_in_attach_table {
+    } else if facts.attach_intent {
         PartStep::RecordAttached
+    } else if !facts.ledger_read_after_observation {
+        PartStep::ReadLedger
     } else {
         PartStep::Lost
     }
@@ -1236,7 +1323,7 @@ pub fn decide_part(facts: &PartFacts) -> PartStep {
 
 /// A planned part that was removed from `detached/` without being attached.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("load {load} partition {partition} attempt {attempt}: part {part} is lost: it is not in detached/, no ATTACH holds it, no attach was ever recorded and no active part of the table has its hash {hash}; something removed it (a manual DROP DETACHED, or gc run against an open load). The load cannot be committed as planned: abort it (`chpart abort --force` once a commit claimed it; rows already attached stay visible) and load again")]
+#[error("load {load} partition {partition} attempt {attempt}: part {part} (hash {hash}) is lost: it is not in detached/, no ATTACH holds it, and the ledger, read after looking, records no attach of it; something removed it (a manual DROP DETACHED, or gc run against an open load). The load cannot be committed as planned: abort it (`chpart abort --force` once a commit claimed it; rows it already made visible stay: `chpart status --load` shows which partitions were published) and load again only what is not visible")]
 pub struct PartLost {
     /// The load.
     pub load: LoadId,
@@ -1426,4 +1513,57 @@ pub fn reconcile_rows(
             diffs,
         })
     }
+}
+
+/// The parts attached into a partition are not exactly the planned ones.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("partition {partition_id}: {detail}")]
+pub struct HashMismatch {
+    /// The load.
+    pub load: LoadId,
+    /// The ClickHouse partition.
+    pub partition_id: PartitionId,
+    /// Which part differs, and how.
+    pub detail: String,
+}
+
+/// Checks, per ClickHouse partition of `plan`, that the active parts attached there
+/// (`attached_hashes`: their `hash_of_all_files`, the digest of each part's `checksums.txt`)
+/// are exactly the planned parts' (as a multiset: two planned parts with identical content
+/// have one hash). Only meaningful for a table that holds nothing but the load's parts and
+/// does not merge (the shadow). The first difference names a planned part that is missing
+/// (its `checksums.txt` changed, or it is not there) or a hash the plan does not have.
+pub fn reconcile_hashes(
+    plan: &CommitPlan,
+    attached_hashes: &BTreeMap<PartitionId, Vec<String>>,
+) -> Result<(), HashMismatch> {
+    for partition in &plan.partitions {
+        let id = &partition.partition_id;
+        let mut have: Vec<&str> = attached_hashes
+            .get(id)
+            .map(|h| h.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        let mismatch = |detail: String| HashMismatch {
+            load: plan.load.clone(),
+            partition_id: id.clone(),
+            detail,
+        };
+        for part in plan.parts.iter().filter(|p| &p.partition_id == id) {
+            match have.iter().position(|h| *h == part.hash_of_all_files) {
+                Some(i) => _ = have.swap_remove(i),
+                None => {
+                    return Err(mismatch(format!(
+                        "no attached part has the hash {} of part {} (attempt {}, Spark partition {}): its checksums.txt differs from what the builder wrote",
+                        part.hash_of_all_files, part.name, part.attempt, part.partition
+                    )))
+                }
+            }
+        }
+        if let Some(extra) = have.first() {
+            return Err(mismatch(format!(
+                "an attached part has hash {extra}, which no planned part has"
+            )));
+        }
+    }
+    Ok(())
 }

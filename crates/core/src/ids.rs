@@ -7,8 +7,12 @@
 //!
 //! An attempt is named by whoever runs it. Spark's `(stage, partition, attemptNumber)` repeats
 //! across stage attempts (stage 1.0 and 1.1 can both run "partition 0, attempt 0" at once);
-//! only `taskAttemptId` is unique within an application, so a Spark attempt id is
-//! `<applicationId>.<taskAttemptId>` and the rest is kept for humans only ([`Attempt`]).
+//! only `taskAttemptId` is unique, and only within one application attempt (a YARN application
+//! attempt keeps the application id and counts task attempts from 0 again), so a Spark attempt
+//! id is `<applicationId>.<application attempt>.<nonce>.<taskAttemptId>` ([`AttemptId::spark`])
+//! and the rest is kept for humans only ([`Attempt`]). `chpart build` does not trust the
+//! runner on this: it claims the attempt's staging directory exclusively and refuses an id
+//! already in use.
 
 use std::fmt;
 use std::str::FromStr;
@@ -285,11 +289,19 @@ validated_string!(
 );
 
 impl AttemptId {
-    /// The attempt id of a Spark task: `<app_id>.<task_attempt_id>`. `taskAttemptId` is the
-    /// only attempt counter Spark keeps unique within an application, and the application id
-    /// makes it unique across runs of the same job.
-    pub fn spark(app_id: &str, task_attempt_id: u64) -> Result<AttemptId, IdError> {
-        AttemptId::new(format!("{app_id}.{task_attempt_id}"))
+    /// The attempt id of a Spark task, as `chpart_spark` makes it:
+    /// `<app_id>.<app_attempt>.<nonce>.<task_attempt_id>`. `taskAttemptId` is the only attempt
+    /// counter Spark keeps unique, within one application attempt; `app_attempt` (YARN's
+    /// application attempt id, or the driver's start time where Spark has none) separates
+    /// application attempts, and `nonce` (random, one per write on the driver) separates
+    /// writes and drivers that agree on everything else.
+    pub fn spark(
+        app_id: &str,
+        app_attempt: &str,
+        nonce: &str,
+        task_attempt_id: u64,
+    ) -> Result<AttemptId, IdError> {
+        AttemptId::new(format!("{app_id}.{app_attempt}.{nonce}.{task_attempt_id}"))
     }
 }
 
@@ -481,12 +493,24 @@ mod tests {
 
     #[test]
     fn spark_attempt_ids() {
-        let id = AttemptId::spark("app-20260101123456-0001", 42).unwrap();
-        assert_eq!(id.as_str(), "app-20260101123456-0001.42");
-        let local = AttemptId::spark("local-1764490000000", 0).unwrap();
-        assert_eq!(local.as_str(), "local-1764490000000.0");
-        let err = AttemptId::spark("app/1", 3).unwrap_err().to_string();
-        assert!(err.contains("attempt id \"app/1.3\" contains '/'"), "{err}");
+        let yarn = AttemptId::spark("application_1764490000000_0042", "2", "9f3a0c1d2e4b", 42);
+        assert_eq!(
+            yarn.unwrap().as_str(),
+            "application_1764490000000_0042.2.9f3a0c1d2e4b.42"
+        );
+        let local = AttemptId::spark("local-1764490000000", "s1764489999000", "00ff", 0).unwrap();
+        assert_eq!(local.as_str(), "local-1764490000000.s1764489999000.00ff.0");
+        let err = AttemptId::spark("app/1", "1", "ab", 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("attempt id \"app/1.1.ab.3\" contains '/'"),
+            "{err}"
+        );
+        // The longest ids chpart_spark makes still fit: a Kubernetes application id
+        // (spark-<32 hex>), a start time, 12 hex of nonce and the largest taskAttemptId.
+        let long = format!("spark-{}", "a".repeat(32));
+        assert!(AttemptId::spark(&long, "s1764489999000", "9f3a0c1d2e4b", u64::MAX >> 1).is_ok());
     }
 
     #[test]

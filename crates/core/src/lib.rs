@@ -13,6 +13,7 @@
 //! - [`staging`]: remote POSIX paths and the attempt-scoped staging layout.
 //! - [`fingerprint`]: a digest of a table's shape, to refuse parts built for another schema.
 //! - [`manifest`]: the versioned JSON an attempt writes last, and its validation.
+//! - [`version`]: which clickhouse-local may build parts for which server.
 //! - [`commit`]: the driver's decisions: which manifests win, the commit plan, and what a
 //!   (re-)started commit does next from the ledger and fresh observations.
 
@@ -27,12 +28,14 @@ pub mod names;
 pub mod staging;
 #[cfg(test)]
 mod testutil;
+pub mod version;
 
 pub use commit::{
-    commit_phase, decide_part, decide_partition, plan_matches, reconcile_rows, validate_winners,
-    CommitEntry, CommitPhase, CommitPlan, CommitProgress, EntryIdError, Expected, Mode, PartFacts,
-    PartLost, PartStep, PartitionBroken, PartitionFacts, PartitionStep, PlanConflict, PlanError,
-    PlannedPart, PlannedPartition, RowMismatch, Visibility, Winners, WinnersError,
+    commit_phase, decide_part, decide_partition, plan_matches, reconcile_hashes, reconcile_rows,
+    validate_winners, CommitEntry, CommitPhase, CommitPlan, CommitProgress, EntryIdError, Expected,
+    HashMismatch, Mode, PartFacts, PartLost, PartStep, PartitionBroken, PartitionFacts,
+    PartitionStep, PlanConflict, PlanError, PlannedPart, PlannedPartition, RowMismatch, Visibility,
+    Winners, WinnersError,
 };
 pub use fingerprint::{ColumnShape, FingerprintError, TableFingerprint, TableShape};
 pub use ids::{
@@ -46,3 +49,4 @@ pub use names::{detached_part_name, parse_detached_entry, DetachedEntry, PartNam
 pub use staging::{
     detached_dir, detached_part_path, AttemptStaging, PathError, RemotePath, StagingLayout,
 };
+pub use version::{check_local_not_newer, VersionError};

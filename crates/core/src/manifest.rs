@@ -36,6 +36,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::canon::is_lower_hex;
 use crate::fingerprint::TableFingerprint;
@@ -343,6 +344,21 @@ pub enum ManifestError {
         /// The missing file.
         file: &'static str,
     },
+    /// `rows` is not what the part's `count.txt` holds (the manifest pins that file's digest,
+    /// and ClickHouse reads the row count from it): an edited manifest.
+    #[error("{origin}: part {part}: rows is {rows}, but its count.txt ({size} bytes, sha256 {sha256}) does not hold {rows}; the manifest was edited")]
+    RowsMismatch {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+        /// The `rows` field.
+        rows: u64,
+        /// The listed size of `count.txt`.
+        size: u64,
+        /// The listed digest of `count.txt`.
+        sha256: String,
+    },
     /// `bytes_on_disk` differs from the sum of the file sizes.
     #[error("{origin}: part {part}: bytes_on_disk is {declared} but its files add up to {sum}")]
     BytesMismatch {
@@ -355,6 +371,17 @@ pub enum ManifestError {
         /// The sum of the `size` fields.
         sum: u128,
     },
+}
+
+/// The file entry of a part's `count.txt` holding `rows`: ClickHouse writes the row count in
+/// decimal and nothing else, so a manifest's `rows` is checked against the digest it lists.
+pub fn count_txt_entry(rows: u64) -> FileEntry {
+    let text = rows.to_string();
+    FileEntry {
+        path: "count.txt".into(),
+        size: text.len() as u64,
+        sha256: hex::encode(Sha256::digest(text.as_bytes())),
+    }
 }
 
 /// A raw JSON value for an error message: its JSON text (already escaped), truncated, or
@@ -562,6 +589,19 @@ impl Manifest {
                     file,
                 });
             }
+            // ClickHouse writes count.txt as the row count in decimal, nothing else.
+            if let Some(count) = p.files.iter().find(|f| f.path == "count.txt") {
+                let want = count_txt_entry(p.rows);
+                if (count.size, &count.sha256) != (want.size, &want.sha256) {
+                    return Err(ManifestError::RowsMismatch {
+                        origin: origin(),
+                        part: part(),
+                        rows: p.rows,
+                        size: count.size,
+                        sha256: count.sha256.clone(),
+                    });
+                }
+            }
             if sum != u128::from(p.bytes_on_disk) {
                 let declared = p.bytes_on_disk;
                 return Err(ManifestError::BytesMismatch {
@@ -597,7 +637,7 @@ mod tests {
         let partition_id: PartitionId = partition.parse().unwrap();
         let files = vec![
             file("checksums.txt", 300),
-            file("count.txt", 4),
+            count_txt_entry(100),
             file("data.bin", 1000),
         ];
         PartEntry {
@@ -605,7 +645,7 @@ mod tests {
             partition_id,
             seq,
             rows: 100,
-            bytes_on_disk: 1304,
+            bytes_on_disk: 1303,
             hash_of_all_files: "0f".repeat(16),
             files,
         }
@@ -737,15 +777,29 @@ mod tests {
             (
                 "bytes mismatch",
                 |m| m.parts[2].bytes_on_disk += 1,
-                Some("bytes_on_disk is 1305 but its files add up to 1304"),
+                Some("bytes_on_disk is 1304 but its files add up to 1303"),
             ),
             (
                 "huge sizes do not overflow",
                 |m| {
                     m.parts[0].files[2].size = u64::MAX;
-                    m.parts[0].files[1].size = u64::MAX;
+                    m.parts[0].files[0].size = u64::MAX;
                 },
-                Some("its files add up to 36893488147419103530"),
+                Some("its files add up to 36893488147419103233"),
+            ),
+            (
+                "rows edited, count.txt not",
+                |m| m.parts[1].rows = 101,
+                Some("rows is 101, but its count.txt (3 bytes, sha256 ad57366865126e55649ecb23ae1d48887544976efea46a48eb5d85a6eeb4d306) does not hold 101"),
+            ),
+            (
+                "rows and count.txt's size edited, its digest not",
+                |m| {
+                    m.parts[1].rows = 1000;
+                    m.parts[1].files[1].size = 4;
+                    m.parts[1].bytes_on_disk += 1;
+                },
+                Some("rows is 1000, but its count.txt (4 bytes"),
             ),
         ];
         for (row, edit, expected) in rows {

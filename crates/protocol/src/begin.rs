@@ -1,9 +1,9 @@
 //! `begin`: open a load in the ledger and snapshot what every executor needs.
 //!
 //! Runs once on the driver before the batch job. It records a [`LoadSpec`] (target table, mode,
-//! visibility, the exact table definition, data paths, server version, fingerprint) under the
-//! entry id `open`, after creating the shadow table executors publish into when the load's
-//! partitions must appear atomically. Re-running it for an open load with the same request is
+//! visibility, the exact table definition, data paths, server version and time zone,
+//! clickhouse-local version, fingerprint) under the entry id `open`, after creating the shadow
+//! table executors publish into when the load's partitions must appear atomically. Re-running it for an open load with the same request is
 //! a no-op; for a committed or aborted load it refuses ([`BeginError::NotOpen`]).
 
 use chpart_core::{LoadId, TableName, TableRef};
@@ -32,6 +32,8 @@ pub struct BeginRequest {
     pub host: String,
     /// Accept a target that materialized views read from (they will not see the load's rows).
     pub allow_materialized_views: bool,
+    /// This host's clickhouse-local version, if it could be run, to record in the spec.
+    pub clickhouse_local_version: Option<String>,
 }
 
 /// What `begin` did.
@@ -217,6 +219,13 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         }
     };
 
+    let server_version = server.version().await?;
+    if let Some(local) = &req.clickhouse_local_version {
+        // Only executors build; this host's clickhouse-local is a hint that theirs may be newer.
+        if let Err(e) = chpart_core::check_local_not_newer(local, &server_version) {
+            tracing::warn!("load {}: {e}; builds with it will be refused", req.load);
+        }
+    }
     let spec = LoadSpec {
         load: req.load.clone(),
         target: req.target.clone(),
@@ -225,15 +234,18 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         publish,
         target_snapshot,
         publish_snapshot,
-        server_version: server.version().await?,
+        server_version,
+        server_timezone: Some(server.timezone().await?),
+        clickhouse_local_version: req.clickhouse_local_version.clone(),
         host: req.host.clone(),
         opened_at_unix_ms: now_unix_ms(),
     };
     let body = serde_json::to_string(&spec).expect("a LoadSpec serializes");
     ledger
-        .append(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body)
+        .append_once(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body)
         .await?;
-    // Read back: if another `begin` of the same load won the race, its spec is the load's.
+    // Read back: if another `begin` of the same load won the race, its spec is the load's
+    // (the server kept only the first spec written).
     let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
     match view.spec {
         Some(winner) if winner == spec => Ok(BeginOutcome::Opened(spec)),

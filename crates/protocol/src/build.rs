@@ -1,7 +1,8 @@
 //! `build`: one task attempt's rows become verified parts in the publish table's `detached/`.
 //!
 //! ```text
-//!  ledger spec ─► check input schema ─► clickhouse-local (work dir of this process)
+//!  ledger spec ─► claim staging ─► check input schema
+//!      ─► clickhouse-local (work dir of this process, the server's time zone; no newer than the server)
 //!      ─► check parts ─► sha256 every file ─► upload to <staging>/<load>/<attempt>/parts/
 //!      ─► publish-intent.json ─► fence: load still open? ─► owner check
 //!      ─► rename each part into detached/<attempt-scoped name> ─► manifest.json (last)
@@ -25,11 +26,12 @@ use std::time::Instant;
 
 use chpart_build::{
     build_query, digest_part, inspect_parts, local_args, local_table_ddl, rewrite_query, ttl_due,
-    BuiltPart, LocalCommand, Rewrite, RunError, Source, Stdin, WorkDir,
+    BuiltPart, FileSource, LocalCommand, LocalIdentity, Rewrite, RunError, WorkDir,
 };
 use chpart_core::manifest::{FileEntry, Manifest, PartEntry, Target};
 use chpart_core::{
-    detached_part_name, Attempt, AttemptStaging, LoadId, PartName, RemotePath, StagingLayout,
+    detached_part_name, Attempt, AttemptId, AttemptStaging, LoadId, PartName, RemotePath,
+    StagingLayout,
 };
 use chpart_input::{ArrowStreamPump, ChType, InputError, InputPlan, ParquetInput, TargetColumn};
 use chpart_remote::{RemoteError, RemoteFs};
@@ -53,7 +55,8 @@ pub trait LoadDirectory {
 pub enum Input {
     /// Parquet files, read by clickhouse-local itself (no spool, no re-encoding).
     Parquet(Vec<PathBuf>),
-    /// An Arrow IPC stream (e.g. stdin), checked batch by batch and streamed into clickhouse-local.
+    /// An Arrow IPC stream (e.g. stdin), checked batch by batch into a spool file of the work
+    /// dir, which clickhouse-local reads.
     ArrowStream(Box<dyn Read + Send>),
 }
 
@@ -164,6 +167,29 @@ pub enum BuildError {
         /// The transport's error.
         source: Box<RemoteError>,
     },
+    /// This clickhouse-local may not build for the load's server (newer than it).
+    #[error(transparent)]
+    Version(#[from] chpart_core::VersionError),
+    /// clickhouse-local computes in another zone than the server's, although it was given it.
+    #[error("{program} runs in time zone {actual} although it was started with TZ={expected} (the server's zone, recorded when the load began): partition ids of DateTime columns would not be the server's; does a clickhouse-local config file set <timezone>?")]
+    TimeZone {
+        /// The clickhouse-local program.
+        program: String,
+        /// The server's zone.
+        expected: String,
+        /// The zone clickhouse-local reported.
+        actual: String,
+    },
+    /// Another build holds this attempt's staging directory: the attempt id was used twice.
+    #[error("attempt {attempt} of load {load} already has a staging directory {path}: another build with this attempt id ran or is running, and attempt ids must never repeat; this build published nothing and left that directory alone")]
+    AttemptTaken {
+        /// The load.
+        load: LoadId,
+        /// The repeated attempt id.
+        attempt: AttemptId,
+        /// Its staging directory.
+        path: RemotePath,
+    },
     /// Published parts would not be owned by the server's user.
     #[error("published part {path} would be owned by uid {owner}, but {detached} belongs to uid {server_uid} (the ClickHouse server's user), which could not attach it: log in over SSH as the server's user (ssh.user in the config), or run the local transport as that user")]
     Ownership {
@@ -255,14 +281,46 @@ fn target_columns(spec: &LoadSpec) -> Result<Vec<TargetColumn>, BuildError> {
         .collect()
 }
 
-/// The parts clickhouse-local built, and the input rows it read.
+/// The parts clickhouse-local built, the input rows it read, and what it said it is.
 struct Built {
     parts: Vec<BuiltPart>,
     source_rows: u64,
     /// Input rows the table's TTL rules removed (expired, or folded by `TTL ... GROUP BY`):
     /// `source_rows` = rows of `parts` + this.
     ttl_removed_rows: u64,
-    version: String,
+    identity: LocalIdentity,
+}
+
+/// clickhouse-local as the load's server would compute: in the server's time zone.
+fn local_for(env: &BuildEnv<'_>, spec: &LoadSpec) -> LocalCommand {
+    match &spec.server_timezone {
+        Some(tz) => env.local.clone().in_timezone(tz.clone()),
+        None => {
+            tracing::warn!(
+                "load {} began before chpart recorded the server's time zone: building in this host's",
+                spec.load
+            );
+            env.local.clone()
+        }
+    }
+}
+
+/// Refuses a clickhouse-local the load's server may not read parts of, or one that computes
+/// in another zone than the server's.
+fn check_local(
+    local: &LocalCommand,
+    spec: &LoadSpec,
+    id: &LocalIdentity,
+) -> Result<(), BuildError> {
+    chpart_core::check_local_not_newer(&id.version, &spec.server_version)?;
+    match &spec.server_timezone {
+        Some(tz) if *tz != id.timezone => Err(BuildError::TimeZone {
+            program: local.program.display().to_string(),
+            expected: tz.clone(),
+            actual: id.timezone.clone(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn run_clickhouse_local(
@@ -272,6 +330,7 @@ fn run_clickhouse_local(
     input: Input,
     merge: bool,
 ) -> Result<Built, BuildError> {
+    let local = local_for(env, spec);
     let target = target_columns(spec)?;
     let ddl = local_table_ddl(
         &spec.publish_snapshot.create_table_query,
@@ -281,9 +340,10 @@ fn run_clickhouse_local(
     .map_err(build_err)?;
     let data = work.path().join("clickhouse");
 
-    // The version query runs beside the build: it costs one process start-up, not a serial one.
-    let version_cmd = env.local.clone();
-    let version = std::thread::spawn(move || version_cmd.version());
+    // The identity query runs beside the build: it costs one process start-up, not a serial
+    // one. Its answer is checked before anything leaves this host.
+    let identify_cmd = local.clone();
+    let identity = std::thread::spawn(move || identify_cmd.identify());
 
     let (files, plan, rows) = match input {
         Input::Parquet(paths) => parquet_sources(&paths, &target)?,
@@ -313,21 +373,24 @@ fn run_clickhouse_local(
         LOCAL_DATABASE,
         LOCAL_TABLE,
         &plan.insert_columns,
-        Source::Files(files),
+        files,
     )
     .map_err(build_err)?;
-    let output = env
-        .local
-        .run(&local_args(&data, None, &query), Stdin::Null)?;
+    let output = local.run(&local_args(&data, &query))?;
     let inserted = inspect(&output, None)?;
+    let identity = identity
+        .join()
+        .map_err(|_| BuildError::Build("the version query panicked".into()))??;
+    check_local(&local, spec, &identity)?;
     let engine = &spec.publish_snapshot.shape.engine;
     // Every engine: the inserts fold nothing (optimize_on_insert = 0), so the parts hold exactly
     // the input's rows.
     check_rows(rows, &inserted, engine)?;
 
-    // A rewrite, if any, runs in a second session on the same data directory. After it the
-    // rows may only have become fewer, and only by TTL: a merge of a plain MergeTree and the
-    // TTL mutation fold no rows (merges of the other engines do, and are refused in `build`).
+    // A rewrite, if any, runs in a second session on the same data directory (and in the same
+    // time zone). After it the rows may only have become fewer, and only by TTL: a merge of a
+    // plain MergeTree and the TTL mutation fold no rows (merges of the other engines do, and are
+    // refused in `build`).
     let now = now_unix_ms() / 1000;
     let ttl_expired = inserted
         .iter()
@@ -346,9 +409,7 @@ fn run_clickhouse_local(
         None => inserted,
         Some(rewrite) => {
             let query = rewrite_query(LOCAL_DATABASE, LOCAL_TABLE, rewrite);
-            let output = env
-                .local
-                .run(&local_args(&data, None, &query), Stdin::Null)?;
+            let output = local.run(&local_args(&data, &query))?;
             let mut parts = inspect(&output, Some(rewrite))?;
             let before = rows_of(&inserted);
             if rows_of(&parts) > before {
@@ -367,14 +428,11 @@ fn run_clickhouse_local(
             parts
         }
     };
-    let version = version
-        .join()
-        .map_err(|_| BuildError::Build("the version query panicked".into()))??;
     Ok(Built {
         ttl_removed_rows: rows - rows_of(&parts),
         parts,
         source_rows: rows,
-        version,
+        identity,
     })
 }
 
@@ -399,9 +457,6 @@ fn check_rows(expected: u64, parts: &[BuiltPart], engine: &str) -> Result<(), Bu
     }
     Ok(())
 }
-
-/// A `file()` source of the build: (absolute path, format, structure).
-type FileSource = (PathBuf, String, String);
 
 /// Checks every Parquet file (footer, schema, nulls) and returns the `file()` sources, the
 /// first file's plan (all must insert the same columns) and the total row count.
@@ -440,6 +495,10 @@ fn parquet_sources(
 }
 
 /// Runs one attempt. On success the manifest is in staging and returned; print it last.
+///
+/// The attempt's staging directory is claimed first, exclusively: a build whose attempt id is
+/// already in use is refused before any work, and every later failure removes only what this
+/// build created (its staging directory and the parts it renamed into `detached/`).
 pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, BuildError> {
     let started = Instant::now();
     let spec = open_spec(env.loads, &req.load)?;
@@ -456,12 +515,6 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
             })
         }
     };
-    std::fs::create_dir_all(&env.work_parent).map_err(|e| {
-        BuildError::Build(format!(
-            "cannot create the work dir parent {}: {e}",
-            env.work_parent.display()
-        ))
-    })?;
     let engine = &spec.publish_snapshot.shape.engine;
     if req.merge && engine != "MergeTree" {
         // OPTIMIZE FINAL folds rows in these engines (replaced versions, sums, collapsed
@@ -475,9 +528,34 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
             ),
         });
     }
+    let mut publisher = Publisher::claim(env, &req.load, &req.attempt.id)?;
+    let result = build_claimed(env, &spec, &data_path, req, &mut publisher, started);
+    if result.is_err() {
+        publisher.undo();
+    }
+    result
+}
+
+/// [`build`] once the attempt's staging directory is this process's.
+fn build_claimed(
+    env: &BuildEnv<'_>,
+    spec: &LoadSpec,
+    data_path: &RemotePath,
+    req: BuildRequest,
+    publisher: &mut Publisher<'_>,
+    started: Instant,
+) -> Result<BuildReport, BuildError> {
+    std::fs::create_dir_all(&env.work_parent).map_err(|e| {
+        BuildError::Build(format!(
+            "cannot create the work dir parent {}: {e}",
+            env.work_parent.display()
+        ))
+    })?;
+    // Builds killed with SIGKILL could not remove theirs.
+    WorkDir::sweep_stale(&env.work_parent);
     let work = WorkDir::create(&env.work_parent, req.load.as_str(), req.attempt.id.as_str())
         .map_err(build_err)?;
-    let built = run_clickhouse_local(env, &spec, &work, req.input, req.merge)?;
+    let built = run_clickhouse_local(env, spec, &work, req.input, req.merge)?;
     tracing::info!(
         "built {} part(s), {} rows from {} input rows ({} removed by the table's TTL) in {:.2}s",
         built.parts.len(),
@@ -491,7 +569,6 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
         ..Default::default()
     };
 
-    let staging = env.staging.attempt(&req.load, &req.attempt.id);
     let names = built
         .parts
         .iter()
@@ -506,13 +583,7 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
             ))
         })
         .collect::<Result<Vec<PartName>, BuildError>>()?;
-    let mut publisher = Publisher {
-        fs: env.fs,
-        staging_dir: staging.dir().clone(),
-        published: Vec::new(),
-    };
-    let shipped = ship_parts(env, &built.parts, &names, &staging, &mut timings);
-    let shipped = shipped.inspect_err(|_| publisher.undo())?;
+    let shipped = ship_parts(env, &built.parts, &names, &publisher.staging, &mut timings)?;
     let entries: Vec<PartEntry> = (0u32..)
         .zip(built.parts.iter().zip(names).zip(shipped))
         .map(|(seq, ((part, name), files))| PartEntry {
@@ -535,31 +606,24 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
             host: spec.host.clone(),
             disk: "default".into(),
             data_path: data_path.clone(),
-            staging_dir: staging.dir().clone(),
+            staging_dir: publisher.staging.dir().clone(),
         },
         table_fingerprint: spec.publish_snapshot.fingerprint.clone(),
-        clickhouse_local_version: built.version.clone(),
+        clickhouse_local_version: built.identity.version.clone(),
         source_rows: built.source_rows,
         ttl_removed_rows: built.ttl_removed_rows,
         created_at_unix_ms: now_unix_ms(),
         parts: entries,
     };
-    if let Err(e) = manifest.validate() {
-        publisher.undo();
-        return Err(build_err(e));
+    manifest.validate().map_err(build_err)?;
+    publisher.publish(env, spec, &manifest, data_path, &mut timings)?;
+    // The attempt is complete and published: a local leftover must not fail it (a later build
+    // sweeps work dirs whose process is gone).
+    if let Err(e) = work.close() {
+        tracing::warn!("{e}");
     }
-    let result = publisher.publish(env, &spec, &manifest, &data_path, &mut timings);
-    match result {
-        Ok(()) => {
-            work.close().map_err(build_err)?;
-            timings.bytes = manifest.parts.iter().map(|p| p.bytes_on_disk).sum();
-            Ok(BuildReport { manifest, timings })
-        }
-        Err(e) => {
-            publisher.undo();
-            Err(e)
-        }
-    }
+    timings.bytes = manifest.parts.iter().map(|p| p.bytes_on_disk).sum();
+    Ok(BuildReport { manifest, timings })
 }
 
 /// Digests every part and uploads it into staging, as a pipeline: a part goes to the uploaders
@@ -574,10 +638,6 @@ fn ship_parts(
     timings: &mut BuildTimings,
 ) -> Result<Vec<Vec<FileEntry>>, BuildError> {
     let t = Instant::now();
-    let parts_dir = staging.parts_dir();
-    env.fs
-        .create_dir_all(parts_dir.as_str())
-        .map_err(remote(format!("create staging dir {parts_dir}")))?;
     let failed = AtomicBool::new(false);
     let (tx, rx) = std::sync::mpsc::channel::<usize>();
     let rx = Mutex::new(rx);
@@ -634,10 +694,13 @@ fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
         .unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
-/// The remote half of an attempt, remembering what it published so a failure can undo it.
+/// The remote half of an attempt, remembering what it created so a failure can undo exactly
+/// that and nothing of anyone else's.
 struct Publisher<'a> {
     fs: &'a dyn RemoteFs,
-    staging_dir: RemotePath,
+    staging: AttemptStaging,
+    /// This process created `staging.dir()` (so it may remove it).
+    claimed: bool,
     published: Vec<String>,
 }
 
@@ -648,7 +711,44 @@ struct PublishIntent<'a> {
     detached: Vec<String>,
 }
 
-impl Publisher<'_> {
+impl<'a> Publisher<'a> {
+    /// Claims `<staging>/<load>/<attempt>/` by creating it exclusively, and its `parts/`.
+    fn claim(
+        env: &BuildEnv<'a>,
+        load: &LoadId,
+        attempt: &AttemptId,
+    ) -> Result<Publisher<'a>, BuildError> {
+        let fs = env.fs;
+        let load_dir = env.staging.load_dir(load);
+        fs.create_dir_all(load_dir.as_str())
+            .map_err(remote(format!("create staging dir {load_dir}")))?;
+        let staging = env.staging.attempt(load, attempt);
+        let dir = staging.dir().clone();
+        match fs.create_dir(dir.as_str()) {
+            Ok(()) => {}
+            Err(RemoteError::AlreadyExists { .. }) => {
+                return Err(BuildError::AttemptTaken {
+                    load: load.clone(),
+                    attempt: attempt.clone(),
+                    path: dir,
+                })
+            }
+            Err(e) => return Err(remote(format!("create staging dir {dir}"))(e)),
+        }
+        let mut publisher = Publisher {
+            fs,
+            staging,
+            claimed: true,
+            published: Vec::new(),
+        };
+        let parts_dir = publisher.staging.parts_dir();
+        if let Err(e) = fs.create_dir(parts_dir.as_str()) {
+            publisher.undo();
+            return Err(remote(format!("create staging dir {parts_dir}"))(e));
+        }
+        Ok(publisher)
+    }
+
     fn publish(
         &mut self,
         env: &BuildEnv<'_>,
@@ -658,7 +758,7 @@ impl Publisher<'_> {
         timings: &mut BuildTimings,
     ) -> Result<(), BuildError> {
         let fs = self.fs;
-        let staging = env.staging.attempt(&manifest.load, &manifest.attempt.id);
+        let staging = &self.staging;
         let t = Instant::now();
         let detached_dir = chpart_core::detached_dir(data_path);
         let detached_of = |name: &PartName| {
@@ -731,8 +831,9 @@ impl Publisher<'_> {
         Ok(())
     }
 
-    /// Best effort: remove this attempt's published parts and its staging dir. What fails here
-    /// stays for gc, which finds it through the publish intent (kept if a part could not go).
+    /// Best effort: remove the parts this process published and the staging dir it created.
+    /// What fails here stays for gc, which finds it through the publish intent (kept if a part
+    /// could not go).
     fn undo(&mut self) {
         let mut all_removed = true;
         for path in self.published.drain(..) {
@@ -743,12 +844,10 @@ impl Publisher<'_> {
                 all_removed = false;
             }
         }
-        if all_removed {
-            if let Err(e) = self.fs.remove_all(self.staging_dir.as_str()) {
-                tracing::warn!(
-                    "could not remove staging {} after the failure: {e}; gc will",
-                    self.staging_dir
-                );
+        if all_removed && std::mem::take(&mut self.claimed) {
+            let dir = self.staging.dir();
+            if let Err(e) = self.fs.remove_all(dir.as_str()) {
+                tracing::warn!("could not remove staging {dir} after the failure: {e}; gc will");
             }
         }
     }

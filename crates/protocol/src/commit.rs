@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use chpart_core::commit::{
-    commit_phase, decide_part, decide_partition, plan_matches, reconcile_rows, validate_winners,
-    CommitEntry, CommitPhase, CommitPlan, CommitProgress, Expected, PartFacts, PartLost, PartStep,
-    PartitionBroken, PartitionFacts, PartitionStep, PlanConflict, PlanError, RowMismatch, Winners,
-    WinnersError, PLAN_ENTRY,
+    commit_phase, decide_part, decide_partition, plan_matches, reconcile_hashes, reconcile_rows,
+    validate_winners, CommitEntry, CommitPhase, CommitPlan, CommitProgress, Expected, PartFacts,
+    PartLost, PartStep, PartitionBroken, PartitionFacts, PartitionStep, PlanConflict, PlanError,
+    RowMismatch, Winners, WinnersError, PLAN_ENTRY,
 };
 use chpart_core::{AttemptId, LoadId, PartitionId, RemotePath, StagingLayout, TableRef};
 use chpart_remote::RemoteFs;
@@ -49,10 +49,12 @@ pub struct CommitRequest {
     /// The load.
     pub load: LoadId,
     /// The winning manifests as (line number, JSON text): exactly what the tasks printed and
-    /// `collect()` returned.
-    pub winners: Vec<(usize, String)>,
-    /// How parts are compared with their manifests before anything becomes visible.
-    pub verify: Verify,
+    /// `collect()` returned. `None` resumes a load whose plan is recorded from the ledger
+    /// alone (the plan holds the winners' manifests), on any machine.
+    pub winners: Option<Vec<(usize, String)>>,
+    /// How parts are compared with their manifests before anything becomes visible; `None`
+    /// takes the default for the load's visibility ([`Verify::default_for`]).
+    pub verify: Option<Verify>,
     /// Spark partitions 0..n must all have a winner.
     pub expected_partitions: Option<u32>,
     /// Accept a load with partitions missing.
@@ -137,6 +139,37 @@ pub enum CommitError {
         load: LoadId,
         /// The first difference.
         conflict: Box<PlanConflict>,
+    },
+    /// Resuming without winners needs a recorded plan.
+    #[error("load {load}: no commit plan is recorded yet, so there is nothing to resume: the first commit of a load needs --winners (the manifests collect() returned)")]
+    NoPlan {
+        /// The load.
+        load: LoadId,
+    },
+    /// A plan recorded before plans kept their manifests cannot be resumed without winners.
+    #[error("load {load}: its commit plan was recorded by an older chpart without the winners' manifests: resume it with --winners (the same file the first commit was given)")]
+    PlanWithoutManifests {
+        /// The load.
+        load: LoadId,
+    },
+    /// `--verify server` needs a shadow table: with part visibility an attached part is visible.
+    #[error("load {load} has part visibility: parts attach straight into {table}, so the server cannot check them before they are visible; use --verify full (the default) or sizes")]
+    VerifyNeedsShadow {
+        /// The load.
+        load: LoadId,
+        /// The target.
+        table: TableRef,
+    },
+    /// The server found an attached part whose files do not match its checksums, or the
+    /// shadow holds parts other than the plan's.
+    #[error("load {load}: {problem} in the shadow table {table}; nothing of the load was made visible. Inspect the attempt's part (it may have been changed after it was built); abort the load and load again")]
+    PartCorrupt {
+        /// The load.
+        load: LoadId,
+        /// The shadow table.
+        table: TableRef,
+        /// What is wrong, naming the part.
+        problem: String,
     },
     /// The recorded plan cannot be read.
     #[error("load {load}: the recorded plan: {error}")]
@@ -229,7 +262,10 @@ impl CommitError {
     pub fn kind(&self) -> FailureKind {
         match self {
             CommitError::Aborted(_) => FailureKind::Fenced,
-            CommitError::VisibilityMismatch { .. } => FailureKind::Usage,
+            CommitError::VisibilityMismatch { .. }
+            | CommitError::VerifyNeedsShadow { .. }
+            | CommitError::NoPlan { .. }
+            | CommitError::PlanWithoutManifests { .. } => FailureKind::Usage,
             CommitError::Server(e) => crate::server_failure(e),
             CommitError::Ledger(e) => e.kind(),
             CommitError::Stuck { .. } | CommitError::PendingMutations { .. } => {
@@ -388,6 +424,13 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
             });
         }
     }
+    let verify = req.verify.unwrap_or(Verify::default_for(spec.visibility));
+    if verify == Verify::Server && spec.visibility == Visibility::Part {
+        return Err(CommitError::VerifyNeedsShadow {
+            load,
+            table: spec.target.clone(),
+        });
+    }
     let data_path = RemotePath::new(
         spec.publish_snapshot
             .data_paths
@@ -406,13 +449,26 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         staging: env.staging.clone(),
         host: spec.host.clone(),
     };
-    let winners = validate_winners(
-        &load,
-        &expected,
-        &req.winners,
-        req.expected_partitions,
-        req.allow_missing,
-    )
+    let winners = match &req.winners {
+        Some(lines) => validate_winners(
+            &load,
+            &expected,
+            lines,
+            req.expected_partitions,
+            req.allow_missing,
+        ),
+        // Resumed from the ledger: the plan's manifests are validated again (against this
+        // load, its tables and this config's staging) but need not cover every partition:
+        // the first commit checked that, and they are the plan whatever is asked now.
+        None => {
+            let recorded = recorded_plan(&view, &load)?
+                .ok_or_else(|| CommitError::NoPlan { load: load.clone() })?;
+            let lines = recorded
+                .winner_lines()
+                .ok_or_else(|| CommitError::PlanWithoutManifests { load: load.clone() })?;
+            validate_winners(&load, &expected, &lines, None, true)
+        }
+    }
     .map_err(|e| CommitError::Winners(Box::new(e)))?;
     let new_plan = CommitPlan::from_winners(&winners, spec.visibility, spec.mode);
 
@@ -424,7 +480,7 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
     }
     check_tables(env, &load, &tables).await?;
     let mut progress = progress_of(&view);
-    verify_waiting_parts(env, &spec, &winners, &progress, req.verify, &data_path).await?;
+    verify_waiting_parts(env, &spec, &winners, &progress, verify, &data_path).await?;
 
     let plan = match recorded_plan(&view, &load)? {
         Some(recorded) => {
@@ -435,11 +491,12 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
             recorded
         }
         None => {
+            // One plan per load: the server keeps the first plan written and this commit goes
+            // on only if that is its own (another driver may be committing other winners).
             env.ledger
-                .append(&load, PLAN_ENTRY, kind::COMMIT_PLANNED, &new_plan.to_json())
+                .append_once(&load, PLAN_ENTRY, kind::COMMIT_PLANNED, &new_plan.to_json())
                 .await?;
             crash_point("after-plan");
-            // Another commit may have recorded its plan first: the first one counts.
             let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
             let recorded = recorded_plan(&view, &load)?.unwrap_or_else(|| new_plan.clone());
             plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
@@ -475,7 +532,14 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
                 attached_now += attach_parts(env, &spec, &plan, &mut progress).await?;
                 // Continue from the ledger as reconcile read it: a concurrent commit may have
                 // moved on meanwhile.
-                let (read, observed) = reconcile_attached(env, &spec, &plan).await?;
+                let (read, observed) = reconcile_attached(env, &spec, &plan, verify).await?;
+                progress = read;
+                observed_shadow = Some(observed);
+            }
+            CommitPhase::PublishPartitions { .. } if observed_shadow.is_none() => {
+                // Resumed with every part attached: what waits in the shadow is checked by
+                // this run too before any of it becomes visible.
+                let (read, observed) = reconcile_attached(env, &spec, &plan, verify).await?;
                 progress = read;
                 observed_shadow = Some(observed);
             }
@@ -528,6 +592,10 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
 }
 
 /// Checks every winning part that is still waiting in detached/ against its manifest.
+///
+/// A winning part found neither in `detached/` nor held by an ATTACH is only "not published"
+/// if a ledger read made after this observation records no attach of it: `progress` may be
+/// older than a concurrent commit that attached it meanwhile.
 async fn verify_waiting_parts(
     env: &CommitEnv<'_>,
     spec: &LoadSpec,
@@ -537,19 +605,27 @@ async fn verify_waiting_parts(
     data_path: &RemotePath,
 ) -> Result<(), CommitError> {
     let observed = table_parts(env.ledger.server(), &spec.publish).await?;
+    let mut fresh: Option<CommitProgress> = None;
     for manifest in winners.manifests().values() {
         for part in &manifest.parts {
             let name = part.name.to_string();
-            if progress.attached.contains(&part.name)
-                || progress.attach_intents.contains(&part.name)
-            {
+            let handled = |p: &CommitProgress| {
+                p.attached.contains(&part.name) || p.attach_intents.contains(&part.name)
+            };
+            if handled(progress) {
                 continue;
             }
             if !observed.detached.contains(&name) {
-                if observed.attaching.contains(&name)
-                    || observed.active_hashes.contains_key(&part.hash_of_all_files)
-                {
-                    continue; // being attached or attached by a concurrent commit: decided later
+                if observed.attaching.contains(&name) {
+                    continue; // an ATTACH holds it: decided later
+                }
+                if fresh.is_none() {
+                    fresh = Some(progress_of(
+                        &env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?,
+                    ));
+                }
+                if fresh.as_ref().is_some_and(handled) {
+                    continue; // a concurrent commit attached it: decided later
                 }
                 return Err(CommitError::NotPublished {
                     load: spec.load.clone(),
@@ -582,27 +658,56 @@ async fn attach_parts(
 ) -> Result<usize, CommitError> {
     let server = env.ledger.server();
     let mut attached = 0;
+    // Parts whose ATTACH failed in the previous round, with the error: decided from this
+    // round's observation (see `after_failed_attach`).
+    let mut failed: Vec<(chpart_core::PartName, ServerError)> = Vec::new();
     for round in 0..MAX_ROUNDS {
         let observed = table_parts(server, &spec.publish).await?;
+        for (part, error) in failed.drain(..) {
+            let name = part.to_string();
+            let left = !observed.detached.contains(&name) || observed.attaching.contains(&name);
+            if after_failed_attach(left, error.class(false)) == AfterFailedAttach::Fail {
+                return Err(error.into());
+            }
+            tracing::warn!(
+                "ATTACH PART {part}: {error}; deciding again from what the server shows"
+            );
+        }
+        // Decide from the ledger as last read; a part that looks lost is decided again from
+        // a ledger read made after this observation.
+        let mut fresh = false;
+        let steps = loop {
+            let steps: Vec<(&chpart_core::commit::PlannedPart, PartStep)> = plan
+                .parts
+                .iter()
+                .map(|part| {
+                    let name = part.name.to_string();
+                    let facts = PartFacts {
+                        recorded_attached: progress.attached.contains(&part.name),
+                        attach_intent: progress.attach_intents.contains(&part.name),
+                        in_detached: observed.detached.contains(&name),
+                        attaching_leftover: observed.attaching.contains(&name),
+                        ledger_read_after_observation: fresh,
+                    };
+                    (part, decide_part(&facts))
+                })
+                .collect();
+            if fresh || !steps.iter().any(|(_, s)| *s == PartStep::ReadLedger) {
+                break steps;
+            }
+            *progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?);
+            fresh = true;
+        };
         let mut waiting = None;
         let mut vanished = Vec::new();
         let mut to_attach = Vec::new();
-        for part in &plan.parts {
-            let name = part.name.to_string();
-            let facts = PartFacts {
-                recorded_attached: progress.attached.contains(&part.name),
-                attach_intent: progress.attach_intents.contains(&part.name),
-                in_detached: observed.detached.contains(&name),
-                attaching_leftover: observed.attaching.contains(&name),
-                hash_active_in_attach_table: observed
-                    .active_hashes
-                    .contains_key(&part.hash_of_all_files),
-            };
-            match decide_part(&facts) {
+        for (part, step) in steps {
+            match step {
                 PartStep::Skip => {}
                 PartStep::RecordAttached => vanished.push(CommitEntry::Attached(part.name.clone())),
                 PartStep::Attach => to_attach.push(part.name.clone()),
-                PartStep::Wait => waiting = Some(name),
+                PartStep::Wait => waiting = Some(part.name.to_string()),
+                PartStep::ReadLedger => unreachable!("decided again from a fresh ledger read"),
                 PartStep::Lost => {
                     return Err(CommitError::PartLost(Box::new(PartLost::new(plan, part))))
                 }
@@ -616,16 +721,14 @@ async fn attach_parts(
                 .map(CommitEntry::AttachIntent)
                 .collect();
             record_many(env, &spec.load, progress, intents, kind::ATTACH_INTENT).await?;
-            let (done, unclear, failure) = attach_batch(server, &spec.publish, batch).await;
+            let (done, errors) = attach_batch(server, &spec.publish, batch).await;
             attached += done.len();
             let outcomes = done.into_iter().map(CommitEntry::Attached).collect();
             record_many(env, &spec.load, progress, outcomes, kind::PART_ATTACHED).await?;
-            if let Some(e) = failure {
-                return Err(e.into());
+            if let Some((part, _)) = errors.first() {
+                waiting = Some(part.to_string());
             }
-            if let Some(name) = unclear {
-                waiting = Some(name);
-            }
+            failed.extend(errors);
         }
         match waiting {
             None => return Ok(attached),
@@ -641,28 +744,24 @@ async fn attach_parts(
     unreachable!("the loop returns by its last round")
 }
 
-/// Sends `ATTACH PART` for each part, [`ATTACH_CONCURRENCY`] at a time. Returns the parts
-/// attached, one whose outcome is unclear (claimed by a concurrent commit: "not found"; or the
-/// connection broke), and the first other error. Unclear outcomes are never resent: the next
-/// observation decides them.
+/// Sends `ATTACH PART` for each part, [`ATTACH_CONCURRENCY`] at a time (no new ones after the
+/// first error). Returns the parts attached and the parts whose ATTACH failed, with the error.
+/// A failed ATTACH is never resent blindly: its outcome is decided by the next observation
+/// ([`after_failed_attach`]).
 async fn attach_batch(
     server: &chpart_server::Server,
     table: &TableRef,
     batch: &[chpart_core::PartName],
 ) -> (
     Vec<chpart_core::PartName>,
-    Option<String>,
-    Option<ServerError>,
+    Vec<(chpart_core::PartName, ServerError)>,
 ) {
-    let (mut done, mut unclear, mut failure) = (Vec::new(), None, None);
+    let (mut done, mut failed) = (Vec::new(), Vec::new());
     let mut pending = batch.iter();
     let mut running = tokio::task::JoinSet::new();
     loop {
-        while running.len() < ATTACH_CONCURRENCY {
+        while running.len() < ATTACH_CONCURRENCY && failed.is_empty() {
             let Some(part) = pending.next() else { break };
-            if failure.is_some() {
-                break;
-            }
             crash_point("before-attach");
             let (server, part) = (server.clone(), part.clone());
             let (db, name) = (table.database.to_string(), table.table.to_string());
@@ -680,19 +779,35 @@ async fn attach_batch(
                 crash_point("after-attach");
                 done.push(part);
             }
-            Err(e)
-                if e.code() == Some(233)
-                    || e.class(false) == chpart_server::ErrorClass::Unknown =>
-            {
-                tracing::warn!("ATTACH PART {part}: {e}; observing again before deciding");
-                unclear = Some(part.to_string());
-            }
-            Err(e) => {
-                failure.get_or_insert(e);
-            }
+            Err(e) => failed.push((part, e)),
         }
     }
-    (done, unclear, failure)
+    (done, failed)
+}
+
+/// What a failed ATTACH means, once the table has been observed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterFailedAttach {
+    /// Decide the part again from the observation: it may have been attached (by this ATTACH,
+    /// which the answer did not confirm, or by a concurrent commit), be held by an ATTACH in
+    /// flight, or still wait in `detached/` after a transient fault.
+    DecideAgain,
+    /// The server refused this part itself: report the error.
+    Fail,
+}
+
+/// A failed ATTACH whose part has left `detached/` (claimed: `attaching_<part>`, or gone) was
+/// racing another ATTACH of it (`Code: 233 ... not found`, or `Code: 1001 ... rename: No such
+/// file or directory` when two claims cross) or may have succeeded without the answer getting
+/// back: the observation decides, whatever the error. A part still waiting in `detached/` was
+/// not claimed by anyone: a transient fault or an unknown outcome (the connection broke before
+/// the server got to it) means trying again; any other error is the server refusing the part.
+fn after_failed_attach(left_detached: bool, class: chpart_server::ErrorClass) -> AfterFailedAttach {
+    use chpart_server::ErrorClass::{Permanent, Transient, Unknown};
+    match (left_detached, class) {
+        (true, _) | (false, Transient | Unknown) => AfterFailedAttach::DecideAgain,
+        (false, Permanent) => AfterFailedAttach::Fail,
+    }
 }
 
 /// After attaching into a shadow table: its rows per partition are exactly the plan's (the
@@ -707,6 +822,7 @@ async fn reconcile_attached(
     env: &CommitEnv<'_>,
     spec: &LoadSpec,
     plan: &CommitPlan,
+    verify: Verify,
 ) -> Result<(CommitProgress, TableParts), CommitError> {
     let observed = table_parts(env.ledger.server(), &spec.publish).await?;
     let progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?);
@@ -747,17 +863,39 @@ async fn reconcile_attached(
                 ..plan.clone()
             };
             reconcile_rows(&pending, &rows).map_err(|e| CommitError::Rows(Box::new(e)))?;
-        }
-        Visibility::Part => {
-            let missing = plan
-                .parts
+            let corrupt = |problem: String| CommitError::PartCorrupt {
+                load: spec.load.clone(),
+                table: spec.publish.clone(),
+                problem,
+            };
+            // The shadow's parts are exactly the plan's: each one's `checksums.txt` is the
+            // builder's (merges of the shadow are stopped until its partitions are published).
+            let observed_hashes: BTreeMap<PartitionId, Vec<String>> = pending
+                .partitions
                 .iter()
-                .filter(|p| !observed.active_hashes.contains_key(&p.hash_of_all_files))
-                .count();
-            if missing > 0 {
-                tracing::info!("{missing} attached part(s) were already merged into others; their rows are checked by hash no more");
+                .map(|p| {
+                    let pid = p.partition_id.as_str();
+                    let hashes = observed.hashes_by_partition.get(pid).cloned();
+                    (p.partition_id.clone(), hashes.unwrap_or_default())
+                })
+                .collect();
+            reconcile_hashes(&pending, &observed_hashes).map_err(|e| corrupt(e.to_string()))?;
+            if verify == Verify::Server && !pending.partitions.is_empty() {
+                // ... and every file of every part matches its `checksums.txt`.
+                let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
+                let checks = env.ledger.server().check_parts(db, table).await?;
+                if let Some(bad) = checks.iter().find(|c| !c.is_passed) {
+                    return Err(corrupt(format!(
+                        "the server's CHECK TABLE fails part {}: {}",
+                        bad.part_path, bad.message
+                    )));
+                }
             }
         }
+        // Part visibility: each part's rows were checked against its count.txt before it was
+        // attached (the manifest pins that file's digest) and its content on the host
+        // (`--verify full`); the target holds other rows, so there is nothing to add up here.
+        Visibility::Part => {}
     }
     Ok((progress, observed))
 }
@@ -876,4 +1014,57 @@ async fn publish_partitions(
         load: spec.load.clone(),
         part: "(a partition that does not settle)".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chpart_server::ErrorClass::{Permanent, Transient, Unknown};
+
+    #[test]
+    fn after_failed_attach_table() {
+        use AfterFailedAttach::*;
+        // (situation, part left detached/ by the next observation, error class, decision)
+        let rows = [
+            (
+                "a concurrent ATTACH claimed it first (233 not found)",
+                true,
+                Permanent,
+                DecideAgain,
+            ),
+            (
+                "two claims crossed (1001 rename: no such file)",
+                true,
+                Permanent,
+                DecideAgain,
+            ),
+            (
+                "timed out, but the server attached it",
+                true,
+                Unknown,
+                DecideAgain,
+            ),
+            (
+                "connection broke before the server got it",
+                false,
+                Unknown,
+                DecideAgain,
+            ),
+            (
+                "server busy (too many parts)",
+                false,
+                Transient,
+                DecideAgain,
+            ),
+            (
+                "the server refuses the part (bad checksums)",
+                false,
+                Permanent,
+                Fail,
+            ),
+        ];
+        for (row, left, class, want) in rows {
+            assert_eq!(after_failed_attach(left, class), want, "{row}");
+        }
+    }
 }

@@ -8,9 +8,11 @@
 //!
 //! Writes are idempotent: every entry carries an `entry_id` that names the fact it records
 //! (`open`, `commit`, `attach:<part>`, ...), and replay keeps the first entry of each id, so a
-//! retried insert, or two drivers recording the same fact, change nothing. Two *different*
-//! terminal facts (a commit and an abort) can both be written by racing processes; the first
-//! one written wins and the other is reported as a conflict by whoever wrote it.
+//! retried insert, or two drivers recording the same fact, change nothing. The facts of
+//! which a load has exactly one, whose body racing writers may disagree on (the load's spec
+//! from `begin`, the commit plan with its winners, the decision), are written with a
+//! deduplication token of the load and the entry id (`Ledger::append_once`): the server keeps
+//! the first body to reach the table and each writer reads back whose that was.
 //!
 //! Whether a load ends committed or aborted is settled before anything becomes visible, by a
 //! **decision** entry that `commit` (before its first visible step) and `abort` (before removing
@@ -52,6 +54,15 @@ pub struct LoadSpec {
     pub publish_snapshot: TableSnapshot,
     /// The server's version when the load began.
     pub server_version: String,
+    /// The server's time zone (`SELECT timezone()`) when the load began: clickhouse-local
+    /// builds in it, so partition ids of `DateTime` columns without a zone are the server's.
+    /// `None` for loads begun by a chpart that did not record it.
+    #[serde(default)]
+    pub server_timezone: Option<String>,
+    /// The driver's clickhouse-local version when the load began (`None`: it could not run
+    /// there or was not asked), for operators; every build checks its own.
+    #[serde(default)]
+    pub clickhouse_local_version: Option<String>,
     /// Host name parts are published on (from the config), recorded in manifests.
     pub host: String,
     /// When the load began (ms since the Unix epoch).

@@ -63,14 +63,32 @@ pub async fn table_parts(server: &Server, table: &TableRef) -> Result<TableParts
     Ok(out)
 }
 
-/// How thoroughly a published part is compared with its manifest before it is attached.
+/// How thoroughly a published part is compared with its manifest before anything of it becomes
+/// visible. ClickHouse's ATTACH itself only compares file sizes with `checksums.txt`, so a
+/// flipped byte would attach and then make every query over the table fail (`Code: 40 ...
+/// Checksum doesn't match`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verify {
-    /// Every file present with the manifest's size (cheap: metadata only). ClickHouse's ATTACH
-    /// itself only checks sizes against `checksums.txt`.
+    /// Every file present with the manifest's size (metadata only): no content check. Opt-in.
     Sizes,
-    /// Every file's sha256 recomputed on the host (reads every byte back).
+    /// Sizes on the host before ATTACH, then, with the parts attached into the load's shadow
+    /// table and before any partition is published, `CHECK TABLE` on the server (every file
+    /// against `checksums.txt`) and each part's `hash_of_all_files` (the digest of its
+    /// `checksums.txt`) against the manifest. The default for partition visibility.
+    Server,
+    /// Every file's sha256 recomputed on the host before ATTACH (reads every byte back). The
+    /// default for part visibility, where an attached part is already visible.
     Full,
+}
+
+impl Verify {
+    /// The default for a load's visibility.
+    pub fn default_for(visibility: crate::ledger::Visibility) -> Verify {
+        match visibility {
+            crate::ledger::Visibility::Partition => Verify::Server,
+            crate::ledger::Visibility::Part => Verify::Full,
+        }
+    }
 }
 
 /// A published part that is not what its manifest says.
@@ -159,7 +177,7 @@ pub fn verify_part(
         .map(|f| (f.path.as_str(), (f.size, f.sha256.as_str())))
         .collect();
     match verify {
-        Verify::Sizes => {
+        Verify::Sizes | Verify::Server => {
             let have = remote_file_sizes(fs, &path).map_err(remote_err)?;
             compare(&want, have.iter().map(|(p, s)| (p.as_str(), *s, None))).map_err(mismatch)
         }
@@ -206,10 +224,21 @@ fn compare<'a>(
     Ok(())
 }
 
+/// Whether [`crash_point`] can fire in this build: in debug builds (what `cargo test` and the
+/// test suites' `target/debug/chpart` are) and with the `test-hooks` feature; never in a
+/// release build without it, so no environment variable can make production chpart abort.
+pub const CRASH_POINTS: bool = cfg!(any(feature = "test-hooks", debug_assertions));
+
 /// A test-only fault-injection hook: when `CHPART_TEST_CRASH_AT` is `<point>` or
 /// `<point>:<n>`, the process aborts (like `kill -9`: no cleanup, no flush) the n-th time (1 by
 /// default) it reaches that point. Tests use it to kill `commit` at every step and prove that
-/// a re-run finishes exactly once. Unset in production, it costs one environment lookup.
+/// a re-run finishes exactly once. Compiled out of release builds ([`CRASH_POINTS`]).
+#[cfg(not(any(feature = "test-hooks", debug_assertions)))]
+#[inline(always)]
+pub fn crash_point(_point: &str) {}
+
+/// See the other `crash_point`: this is the one debug and `test-hooks` builds get.
+#[cfg(any(feature = "test-hooks", debug_assertions))]
 pub fn crash_point(point: &str) {
     use std::sync::atomic::{AtomicU32, Ordering};
     static SEEN: std::sync::Mutex<Vec<(String, u32)>> = std::sync::Mutex::new(Vec::new());

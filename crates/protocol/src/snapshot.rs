@@ -117,6 +117,8 @@ pub(crate) mod tests {
             target_snapshot: sample_snapshot(),
             publish_snapshot: sample_snapshot(),
             server_version: "26.9.2.1".into(),
+            server_timezone: Some("Etc/UTC".into()),
+            clickhouse_local_version: Some("26.9.2.1".into()),
             host: "ch-1".into(),
             opened_at_unix_ms: 1,
         }
@@ -127,6 +129,16 @@ pub(crate) mod tests {
         let spec = sample_spec();
         let json = serde_json::to_string(&spec).unwrap();
         assert_eq!(serde_json::from_str::<LoadSpec>(&json).unwrap(), spec);
+        // A spec recorded before the zone and clickhouse-local version were: still a spec.
+        let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let fields = old.as_object_mut().unwrap();
+        fields.remove("server_timezone");
+        fields.remove("clickhouse_local_version");
+        let old: LoadSpec = serde_json::from_value(old).unwrap();
+        assert_eq!(
+            (old.server_timezone, old.clickhouse_local_version),
+            (None, None)
+        );
         let mut snap = sample_snapshot();
         for (engine, ok) in [
             ("MergeTree", true),

@@ -149,19 +149,36 @@ impl Ledger {
         Ok(())
     }
 
-    /// Tries to settle how `load` ends. Every commit and abort of the load sends the same
-    /// deduplication token, so the server keeps only the first decision to reach the table
-    /// (within the last [`DEDUPLICATION_WINDOW`] inserts); read the view afterwards to learn
-    /// which one that was. Idempotent.
+    /// Tries to settle how `load` ends: [`Ledger::append_once`] of the decision entry, which
+    /// every commit and abort of the load writes. Read the view afterwards to learn which
+    /// decision the server kept. Idempotent.
     pub async fn decide(&self, load: &LoadId, decision: Decision) -> Result<(), LedgerStoreError> {
         let body = serde_json::to_string(&DecisionBody { decision }).expect("serializes");
+        self.append_once(load, DECISION_ENTRY, kind::DECIDED, &body)
+            .await
+    }
+
+    /// Writes a fact of which a load has exactly one (its spec, its plan, its decision), with
+    /// a deduplication token of the load and `entry_id`: racing writers of *different* bodies
+    /// send the same token, so the server keeps only the first to reach the table (within the
+    /// last [`DEDUPLICATION_WINDOW`] inserts) and acknowledges the others without storing
+    /// them. Write times cannot order such a race (an INSERT's `now64()` is taken when it
+    /// starts, not when it becomes visible), so every writer reads the view back afterwards
+    /// to learn whose body counts. Idempotent.
+    pub async fn append_once(
+        &self,
+        load: &LoadId,
+        entry_id: &str,
+        kind: &str,
+        body: &str,
+    ) -> Result<(), LedgerStoreError> {
         let settings = format!(
             "SETTINGS insert_deduplicate = 1, insert_deduplication_token = {}",
-            quote_str(&format!("chpart-decision:{}", load.as_str()))
+            quote_str(&format!("chpart-{entry_id}:{}", load.as_str()))
         );
         self.insert(
             load,
-            &[(DECISION_ENTRY.to_owned(), kind::DECIDED, body)],
+            &[(entry_id.to_owned(), kind, body.to_owned())],
             &settings,
         )
         .await

@@ -15,6 +15,7 @@ fn request(db: &TestDb, load: &str, mode: Mode, visibility: Visibility) -> Begin
         visibility,
         host: "ch-test".into(),
         allow_materialized_views: false,
+        clickhouse_local_version: None,
     }
 }
 
@@ -49,6 +50,10 @@ fn begin_opens_once_snapshots_the_table_and_creates_the_shadow() {
     let shadow = shadow_table(&req.target, &req.load).unwrap();
     assert_eq!(spec.publish, shadow);
     assert_eq!(spec.server_version, "26.9.2.1");
+    assert_eq!(
+        spec.server_timezone.as_deref(),
+        Some(ch.q("SELECT timezone()").trim())
+    );
     assert_eq!(spec.target_snapshot.shape.partition_key, "toYYYYMM(ts)");
     assert_eq!(spec.target_snapshot.shape.columns.len(), 3);
     assert_eq!(

@@ -64,6 +64,9 @@ impl RemoteFs for LateWriter {
     fn create_dir_all(&self, path: &str) -> Result<(), RemoteError> {
         self.inner.create_dir_all(path)
     }
+    fn create_dir(&self, path: &str) -> Result<(), RemoteError> {
+        self.inner.create_dir(path)
+    }
     fn upload_dir(&self, local: &Path, remote: &str) -> Result<UploadStats, RemoteError> {
         self.inner.upload_dir(local, remote)
     }
@@ -121,6 +124,7 @@ fn late_writer_is_never_left_in_detached(moment: Moment) {
         visibility: Visibility::Part,
         host: "ch-test".into(),
         allow_materialized_views: false,
+        clickhouse_local_version: None,
     };
     let spec = match rt.block_on(begin(&ledger, &req)).unwrap() {
         BeginOutcome::Opened(spec) => spec,

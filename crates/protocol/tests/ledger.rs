@@ -53,3 +53,60 @@ fn the_first_decision_is_the_only_one_kept() {
         "{ddl}"
     );
 }
+
+/// The load's spec and its commit plan are written like the decision: racing writers with
+/// different bodies (a zombie driver and its replacement, an operator with another winners
+/// file) each get an acknowledgement, but the server keeps only the first body, so every
+/// writer reads back the same one.
+#[test]
+fn one_spec_and_one_plan_are_kept_per_load() {
+    let ch = shared();
+    let db = TestDb::new(ch, "ledger_once");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ledger = ledger_for(&db);
+    rt.block_on(async {
+        ledger.ensure().await.unwrap();
+        let load: LoadId = "load-once".parse().unwrap();
+        for (entry, kind) in [("plan", kind::COMMIT_PLANNED), ("open", "x_open")] {
+            // Sent concurrently, as two drivers would.
+            let (first, second) = tokio::join!(
+                ledger.append_once(&load, entry, kind, r#"{"winner":"app-a"}"#),
+                ledger.append_once(&load, entry, kind, r#"{"winner":"app-b"}"#),
+            );
+            first.unwrap();
+            second.unwrap();
+            // And once more, later, with a third body.
+            ledger
+                .append_once(&load, entry, kind, r#"{"winner":"app-c"}"#)
+                .await
+                .unwrap();
+            let rows: Vec<_> = ledger
+                .entries(&load)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.entry_id == entry)
+                .collect();
+            assert_eq!(rows.len(), 1, "{entry}: {rows:?}");
+            assert_ne!(
+                rows[0].body, r#"{"winner":"app-c"}"#,
+                "{entry}: a later body"
+            );
+        }
+        // Another load's entry of the same id has a token of its own.
+        let other: LoadId = "load-other".parse().unwrap();
+        ledger
+            .append_once(
+                &other,
+                "plan",
+                kind::COMMIT_PLANNED,
+                r#"{"winner":"app-a"}"#,
+            )
+            .await
+            .unwrap();
+        assert_eq!(ledger.entries(&other).await.unwrap().len(), 1);
+    });
+}

@@ -21,6 +21,7 @@ pub fn run_all(fs: &dyn RemoteFs, scratch: &str, local_scratch: &Path) {
     stat_absent_is_none(fs, scratch);
     stat_reports_kind_and_size(fs, scratch);
     create_dir_all_is_idempotent(fs, scratch);
+    create_dir_is_exclusive(fs, scratch);
     list_dir_of_missing_is_not_found(fs, scratch);
     list_dir_reports_entries_without_dot_entries(fs, scratch);
     read_file_of_missing_is_not_found(fs, scratch);
@@ -168,6 +169,79 @@ pub fn create_dir_all_is_idempotent(fs: &dyn RemoteFs, scratch: &str) {
     assert!(
         err.is_err(),
         "[{}] {check}: create_dir_all through a file succeeded",
+        fs.describe()
+    );
+}
+
+/// `create_dir` claims a name: exactly one of concurrent callers wins, anything already there
+/// (a directory with content, a file) is refused and left as it was, a missing parent is
+/// `NotFound`.
+pub fn create_dir_is_exclusive(fs: &dyn RemoteFs, scratch: &str) {
+    let check = "create_dir_is_exclusive";
+    let dir = fresh(fs, scratch, check);
+    let claimed = join(&dir, "claimed");
+    ok(fs, check, "first create", fs.create_dir(&claimed));
+    ok(
+        fs,
+        check,
+        "write into it",
+        fs.write_file_atomic(&join(&claimed, "intent"), b"mine"),
+    );
+    let file = join(&dir, "file");
+    ok(fs, check, "write file", fs.write_file_atomic(&file, b"x"));
+    for taken in [&claimed, &file] {
+        match fs.create_dir(taken) {
+            Err(RemoteError::AlreadyExists { path, .. }) => assert_eq!(&path, taken),
+            other => panic!(
+                "[{}] {check}: create_dir over {taken}: expected AlreadyExists, got {other:?}",
+                fs.describe()
+            ),
+        }
+    }
+    assert_eq!(
+        ok(
+            fs,
+            check,
+            "read intent",
+            fs.read_file(&join(&claimed, "intent"))
+        ),
+        b"mine",
+        "[{}] {check}: a refused create_dir must not touch what is there",
+        fs.describe()
+    );
+    assert_eq!(
+        ok(fs, check, "stat file", fs.stat(&file)).map(|s| s.kind),
+        Some(FileKind::File),
+        "[{}] {check}",
+        fs.describe()
+    );
+    match fs.create_dir(&join(&dir, "missing/child")) {
+        Err(RemoteError::NotFound { .. }) => {}
+        other => panic!(
+            "[{}] {check}: missing parent: expected NotFound, got {other:?}",
+            fs.describe()
+        ),
+    }
+
+    let contended = join(&dir, "contended");
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| fs.create_dir(&contended)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("create_dir thread panicked"))
+            .collect()
+    });
+    let winners = results.iter().filter(|r| r.is_ok()).count();
+    let refused = results
+        .iter()
+        .filter(|r| matches!(r, Err(RemoteError::AlreadyExists { .. })))
+        .count();
+    assert_eq!(
+        (winners, refused),
+        (1, 3),
+        "[{}] {check}: expected one creator and three refusals, got {results:?}",
         fs.describe()
     );
 }

@@ -37,6 +37,9 @@ pub use sftp::{SftpConfig, SftpFs};
 /// Guarantees every implementation gives (checked by [`conformance::run_all`]):
 /// * [`rename_noreplace`](Self::rename_noreplace) never replaces an existing
 ///   file or directory; an existing target yields [`RemoteError::AlreadyExists`].
+/// * [`create_dir`](Self::create_dir) is exclusive: of any number of callers
+///   creating one name, exactly one succeeds; the others (and every later
+///   caller) get [`RemoteError::AlreadyExists`].
 /// * [`upload_dir`](Self::upload_dir) claims a name that did not exist
 ///   (creating the top directory is the claim, so two uploads to one name
 ///   cannot both succeed), writes every file durably (fsync) and checks the
@@ -56,6 +59,13 @@ pub trait RemoteFs: Send + Sync {
 
     /// Creates `path` and any missing parents; an existing directory is success.
     fn create_dir_all(&self, path: &str) -> Result<(), RemoteError>;
+
+    /// Creates the directory `path` exclusively: one `mkdir(2)` on the host (over SFTP the
+    /// server runs it as one call), so success means this caller created it and nobody else
+    /// did. Anything already at `path` (a directory, a file) is
+    /// [`RemoteError::AlreadyExists`] and is left untouched; a missing parent is
+    /// [`RemoteError::NotFound`]. This is how a writer claims a name it alone may later remove.
+    fn create_dir(&self, path: &str) -> Result<(), RemoteError>;
 
     /// Uploads a local directory tree (files only, recursively) to `remote`,
     /// which must not exist yet ([`RemoteError::AlreadyExists`] otherwise) and

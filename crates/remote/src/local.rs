@@ -151,6 +151,12 @@ impl RemoteFs for LocalFs {
         fs::create_dir_all(path).map_err(|e| map_io("create_dir_all", path, e))
     }
 
+    fn create_dir(&self, path: &str) -> Result<(), RemoteError> {
+        fs::create_dir(path).map_err(|e| map_io("create_dir", path, e))?;
+        // The claim must survive a crash of the host as much as the files written into it.
+        fsync_dir("fsync", split_parent(path).0)
+    }
+
     fn upload_dir(&self, local: &Path, remote: &str) -> Result<UploadStats, RemoteError> {
         let local_str = local.display().to_string();
         let meta = fs::metadata(local).map_err(|e| map_io("read upload source", &local_str, e))?;

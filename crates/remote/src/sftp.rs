@@ -555,6 +555,33 @@ impl Ops<'_> {
         }
     }
 
+    /// One mkdir on the server: exclusive, as mkdir(2) is. OpenSSH reports EEXIST as the
+    /// generic SSH_FX_FAILURE, so a failure is called "exists" only if something is there.
+    fn mkdir_exclusive(
+        &self,
+        sftp: &Sftp,
+        op: &'static str,
+        path: &str,
+    ) -> Result<(), RemoteError> {
+        let Err(e) = sftp.mkdir(Path::new(path), 0o755) else {
+            return Ok(());
+        };
+        let mapped = self.map(op, path, e);
+        if let RemoteError::Sftp {
+            code: FX_FAILURE, ..
+        } = mapped
+        {
+            if self.lstat(sftp, op, path)?.is_some() {
+                return Err(RemoteError::AlreadyExists {
+                    at: self.at.to_string(),
+                    op,
+                    path: path.to_string(),
+                });
+            }
+        }
+        Err(mapped)
+    }
+
     fn rename_noreplace(&self, sftp: &Sftp, from: &str, to: &str) -> Result<(), RemoteError> {
         let exists = |path: &str| -> Result<bool, RemoteError> {
             Ok(self.lstat(sftp, "rename", path)?.is_some())
@@ -677,24 +704,8 @@ impl Ops<'_> {
             });
         }
         let sftp = &conn.sftp;
-        // mkdir is the claim on the name; OpenSSH reports EEXIST as the
-        // generic SSH_FX_FAILURE, so look before calling it "exists".
-        if let Err(e) = sftp.mkdir(Path::new(remote), 0o755) {
-            let mapped = self.map("upload_dir", remote, e);
-            if let RemoteError::Sftp {
-                code: FX_FAILURE, ..
-            } = mapped
-            {
-                if self.lstat(sftp, "upload_dir", remote)?.is_some() {
-                    return Err(RemoteError::AlreadyExists {
-                        at: self.at.to_string(),
-                        op: "upload_dir",
-                        path: remote.to_string(),
-                    });
-                }
-            }
-            return Err(mapped);
-        }
+        // mkdir is the claim on the name.
+        self.mkdir_exclusive(sftp, "upload_dir", remote)?;
 
         let mut stats = UploadStats::default();
         let mut uploaded = Vec::new();
@@ -910,6 +921,12 @@ impl RemoteFs for SftpFs {
                 }
             }
             Ok(())
+        })
+    }
+
+    fn create_dir(&self, path: &str) -> Result<(), RemoteError> {
+        self.with_conn("create_dir", path, |conn, ops| {
+            ops.mkdir_exclusive(&conn.sftp, "create_dir", path)
         })
     }
 

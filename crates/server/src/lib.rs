@@ -132,6 +132,17 @@ pub struct StateRow {
     pub hash_of_all_files: String,
 }
 
+/// One row of [`Server::check_parts`]: the server's verdict on one active part.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct PartCheck {
+    /// The part's name.
+    pub part_path: String,
+    /// Every file matched `checksums.txt`.
+    pub is_passed: bool,
+    /// Why not (e.g. `Code: 40 ... Checksum mismatch for file data.bin`), or empty.
+    pub message: String,
+}
+
 /// What [`Server::check_tables`] reports of one table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableCheck {
@@ -291,6 +302,14 @@ impl Server {
             .await
     }
 
+    /// The server's time zone (`SELECT timezone()`): the zone of `DateTime` columns without
+    /// one, so the zone their partition keys are computed in.
+    pub async fn timezone(&self) -> Result<String, ServerError> {
+        let sql = "SELECT timezone()";
+        self.run(sql, self.client.query_raw(sql).fetch_one::<String>())
+            .await
+    }
+
     /// Whether `database` exists.
     pub async fn database_exists(&self, database: &str) -> Result<bool, ServerError> {
         let rows: Vec<u8> = self
@@ -368,6 +387,22 @@ impl Server {
             quote_str(part)
         );
         self.execute(&sql).await
+    }
+
+    /// `CHECK TABLE db.t`, one row per active part: the server reads every file of every part
+    /// and compares it with the part's `checksums.txt` (sizes *and* content, unlike ATTACH,
+    /// which compares sizes only). Reads all of the table's data: meant for a shadow table
+    /// that holds one load's parts.
+    pub async fn check_parts(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Vec<PartCheck>, ServerError> {
+        let sql = format!(
+            "CHECK TABLE {} SETTINGS check_query_single_value_result = 0",
+            quote_table(database, table)
+        );
+        self.fetch(&sql, &[]).await
     }
 
     /// `ALTER TABLE db.t DROP DETACHED PART '<name>'` with `allow_drop_detached = 1`.

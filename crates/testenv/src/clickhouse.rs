@@ -29,6 +29,8 @@ pub struct ClickHouse {
     pub data_dir: PathBuf,
     /// OS user the server runs as (`None`: the test's own user).
     pub user: Option<String>,
+    /// The server's time zone (its `TZ`) when not the machine's.
+    pub tz: Option<String>,
     run_dir: PathBuf,
     child: Option<Child>,
     stdin: Option<ChildStdin>,
@@ -46,17 +48,40 @@ impl ClickHouse {
         server
     }
 
+    /// Starts a server in fresh directories whose default time zone is `tz` (its `TZ`; what
+    /// `SELECT timezone()` answers and `DateTime` columns without a zone use).
+    pub fn start_in_zone(tz: &str) -> ClickHouse {
+        let scratch = scratch_dir("clickhouse");
+        let mut server = ClickHouse::start_with(
+            &scratch.path().join("data"),
+            &scratch.path().join("run"),
+            None,
+            Some(tz),
+        );
+        server._scratch = Some(scratch);
+        server
+    }
+
     /// Starts a server on existing directories (e.g. to restart on the same data).
     pub fn start_in(data_dir: &Path, run_dir: &Path, user: Option<&str>) -> ClickHouse {
+        ClickHouse::start_with(data_dir, run_dir, user, None)
+    }
+
+    fn start_with(
+        data_dir: &Path,
+        run_dir: &Path,
+        user: Option<&str>,
+        tz: Option<&str>,
+    ) -> ClickHouse {
         require_engine();
         // The ports were free a moment ago; another process may take one before the server
         // binds it, and then the server exits at once: try again on other ports.
         for _ in 1..START_ATTEMPTS {
-            if let Some(server) = ClickHouse::try_start(data_dir, run_dir, user, false) {
+            if let Some(server) = ClickHouse::try_start(data_dir, run_dir, user, tz, false) {
                 return server;
             }
         }
-        ClickHouse::try_start(data_dir, run_dir, user, true).expect("the last attempt panics")
+        ClickHouse::try_start(data_dir, run_dir, user, tz, true).expect("the last attempt panics")
     }
 
     /// One start on fresh ports. `None` if the server exited before answering (unless
@@ -65,6 +90,7 @@ impl ClickHouse {
         data_dir: &Path,
         run_dir: &Path,
         user: Option<&str>,
+        tz: Option<&str>,
         last: bool,
     ) -> Option<ClickHouse> {
         let (http_port, tcp_port) = (free_port(), free_port());
@@ -87,6 +113,9 @@ impl ClickHouse {
             crate::os_user_ids(user);
             cmd.args(["--user", user]);
         }
+        if let Some(tz) = tz {
+            cmd.env("TZ", tz);
+        }
         let mut child = cmd.spawn().expect("spawn deploy/clickhouse-server");
         let stdin = child.stdin.take();
         let mut server = ClickHouse {
@@ -94,6 +123,7 @@ impl ClickHouse {
             tcp_port,
             data_dir: data_dir.to_path_buf(),
             user: user.map(str::to_owned),
+            tz: tz.map(str::to_owned),
             run_dir: run_dir.to_path_buf(),
             child: Some(child),
             stdin,
@@ -171,7 +201,12 @@ impl ClickHouse {
     pub fn restart(mut self) -> ClickHouse {
         self.stop();
         let scratch = self._scratch.take();
-        let mut server = ClickHouse::start_in(&self.data_dir, &self.run_dir, self.user.as_deref());
+        let mut server = ClickHouse::start_with(
+            &self.data_dir,
+            &self.run_dir,
+            self.user.as_deref(),
+            self.tz.as_deref(),
+        );
         server._scratch = scratch;
         server
     }

@@ -74,7 +74,9 @@ class CommitError(ChpartError):
     def _message(self):
         text = super()._message()
         if self.winners_path:
-            text += f"\nThe winners are kept in {self.winners_path}; finish the load with:\n  {self.resume_hint}"
+            text += (f"\nThe winners are kept in {self.winners_path}; finish the load with:\n  {self.resume_hint}"
+                     "\n(once `chpart status --load` shows its plan, `chpart commit --load` alone finishes it on any"
+                     " machine, without the file)")
         return text
 
     def __reduce__(self):

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import subprocess
 import tempfile
 import time
@@ -19,7 +20,7 @@ from ._cli import ChpartError, CommitError
 
 MODES = ("append", "replace")
 VISIBILITIES = ("partition", "part")
-VERIFIES = ("sizes", "full")
+VERIFIES = ("auto", "server", "full", "sizes")
 _ID = re.compile(r"^(?!\.|-)(?!.*\.\.)[A-Za-z0-9._-]{1,128}$")
 
 # What each task returns: one row, whatever its partition held.
@@ -55,7 +56,37 @@ def _conform(batch, schema):
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _make_task(*, chpart, config, load_id, app_id, schema, extra_env, after_build):
+# The largest taskAttemptId (a Java long), for checking the longest attempt id on the driver.
+_MAX_TASK_ATTEMPT_ID = 2**63 - 1
+
+
+def attempt_prefix(spark_context, nonce):
+    """`<applicationId>.<application attempt>.<nonce>`: what every attempt id of one `write()`
+    starts with, before `.<taskAttemptId>`.
+
+    `taskAttemptId` is unique within one application attempt only: a YARN application attempt
+    keeps the application id and starts task attempt ids at 0 again, so the application attempt
+    id (Spark's `applicationAttemptId()`, a Scala Option) is part of the id. Where Spark has
+    none (local, standalone, Kubernetes), the driver's start time in milliseconds stands in
+    (`s<startTime>`): a restarted driver gets another. `nonce` is random, drawn once per
+    `write()` on the driver, so two writes of one driver, or drivers that agree on everything
+    else, never share an attempt id either.
+    """
+    option = spark_context._jsc.sc().applicationAttemptId()
+    if option.isDefined():
+        app_attempt = re.sub(r"[^A-Za-z0-9_-]", "-", str(option.get()))
+    else:
+        app_attempt = f"s{spark_context.startTime}"
+    prefix = f"{spark_context.applicationId}.{app_attempt}.{nonce}"
+    longest = f"{prefix}.{_MAX_TASK_ATTEMPT_ID}"
+    if not _ID.match(longest):
+        raise ValueError(f"attempt ids {prefix}.<taskAttemptId> are not valid chpart attempt ids "
+                         f"(at most 128 of [A-Za-z0-9._-], not starting with . or -, without ..): "
+                         f"application id {spark_context.applicationId!r}")
+    return prefix
+
+
+def _make_task(*, chpart, config, load_id, attempt_prefix, schema, extra_env, after_build):
     """The function each Spark task runs (pickled by value with its closure)."""
 
     def task(batches):
@@ -64,9 +95,10 @@ def _make_task(*, chpart, config, load_id, app_id, schema, extra_env, after_buil
 
         ctx = TaskContext.get()
         partition = ctx.partitionId()
-        # taskAttemptId is the only per-attempt number unique within the application
-        # (partitionId/attemptNumber repeat across stage attempts).
-        attempt = f"{app_id}.{ctx.taskAttemptId()}"
+        # taskAttemptId is the only per-attempt number unique within the application attempt
+        # (partitionId/attemptNumber repeat across stage attempts); the prefix makes it unique
+        # across application attempts and writes (see attempt_prefix).
+        attempt = f"{attempt_prefix}.{ctx.taskAttemptId()}"
         context = f"load {load_id}, partition {partition}, attempt {attempt} (attempt number {ctx.attemptNumber()})"
         argv = [
             chpart, "build", "--config", config, "--load", load_id,
@@ -175,7 +207,7 @@ def _read_winners(path, load_id):
 
 
 def write(df, table, load_id, config, mode="append", visibility="partition", chpart="chpart",
-          verify="sizes", extra_env=None, *, winners_path=None, _after_build=None):
+          verify="auto", extra_env=None, *, winners_path=None, _after_build=None):
     """Loads ``df`` into the ClickHouse table ``table`` ("db.table") exactly once, as load
     ``load_id``, and returns the commit summary (a dict, see below).
 
@@ -186,13 +218,17 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     - ``visibility``: "partition" (each partition appears at once, through a shadow table)
       or "part".
     - ``chpart``: the binary (a name on PATH or a path valid on the driver and executors).
-    - ``verify``: "sizes" or "full" (`chpart commit --verify`).
+    - ``verify``: `chpart commit --verify`: "auto" (the default: the server checks every
+      part's content before a partition is published, or sha256 on the host with part
+      visibility), "server", "full" or "sizes" (no content check).
     - ``extra_env``: environment variables added to every chpart invocation (begin, build,
       commit, abort), e.g. ``CHPART_CLICKHOUSE_PASSWORD`` or other ``CHPART_*`` overrides.
     - ``winners_path``: where the winning manifests are written (default: a temp file). It
       is deleted after a successful commit and kept when the commit fails. If it already
       exists with this load's manifests (a previous run's commit failed or its driver died
-      after the job), the Spark job is skipped and the commit is resumed from it.
+      after the job), the Spark job is skipped and the commit is resumed from it. No file is
+      needed to recover, though: a load whose commit recorded its plan is resumed from the
+      ledger alone (`chpart commit --load` without winners), on any driver.
     - ``_after_build``: TEST HOOK, not for production: ``callable(task_context, manifest)``
       run inside each task after its ``chpart build`` published its parts and before the
       task returns; raising from it fails that attempt after it published (tests and the
@@ -201,8 +237,8 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     The summary is `chpart commit --json`'s (load, table, mode, visibility, partitions,
     parts, rows, winners as [partition, attempt] pairs) plus ``spark_partitions``,
     ``application_id``, ``seconds`` ({begin, job, commit, total}), ``resumed`` (commit
-    resumed from an existing winners file) and ``already_committed`` (the load had been
-    committed by an earlier run: nothing was done).
+    resumed from an existing winners file or from the ledger's plan, without a Spark job) and
+    ``already_committed`` (the load had been committed by an earlier run: nothing was done).
 
     Failures: a failed ``chpart begin`` raises ChpartError. If the Spark job (or anything
     before the commit) fails, the load is aborted (`chpart abort`) and the exception is
@@ -236,25 +272,37 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     schema = arrow_schema(df.schema)  # unsupported column types fail here, before begin
     spark = df.sparkSession
     app_id = spark.sparkContext.applicationId
+    prefix = attempt_prefix(spark.sparkContext, secrets.token_hex(6))
 
     t = time.monotonic()
-    # A re-run of a load that an earlier run committed does nothing and reports it.
-    done = _already_committed(**common)
-    if done is None:
-        _cli.run_json(chpart, "begin", ["--table", table, "--load", load_id, "--mode", mode, "--visibility", visibility],
-                      config, extra_env, context=f"load {load_id}")
-    else:
+    status = _load_status(**common)
+    if status is not None and status.get("state") == "committed":
+        # A re-run of a load that an earlier run committed does nothing and reports it.
+        done = _summary_of(status)
         log.info("load %s is already committed (%s rows): nothing to do", load_id, done.get("rows"))
         done.update(spark_partitions=None, application_id=app_id, resumed=False, already_committed=True,
                     seconds={"begin": time.monotonic() - t, "job": 0.0, "commit": 0.0, "total": time.monotonic() - t0})
         return done
+    if status is not None and status.get("state") == "open" and status.get("parts_planned") is not None:
+        # An earlier run's commit recorded its plan (with the winners' manifests) and did not
+        # finish: finish it from the ledger; running the job again would bring other winners.
+        log.info("load %s: an earlier commit recorded its plan; resuming it from the ledger (no Spark job)", load_id)
+        summary = _commit(winners_path=None, partitions=None, verify=verify, visibility=visibility,
+                          seconds=seconds, **common)
+        seconds["total"] = time.monotonic() - t0
+        summary.update(spark_partitions=None, application_id=app_id, seconds=seconds, resumed=True,
+                       already_committed=False)
+        return summary
+    _cli.run_json(chpart, "begin", ["--table", table, "--load", load_id, "--mode", mode, "--visibility", visibility],
+                  config, extra_env, context=f"load {load_id}")
     seconds["begin"] = time.monotonic() - t
-    log.info("load %s opened on %s (mode %s, visibility %s)", load_id, table, mode, visibility)
+    log.info("load %s opened on %s (mode %s, visibility %s); attempt ids %s.<taskAttemptId>", load_id, table,
+             mode, visibility, prefix)
 
     own_winners_file = winners_path is None
     try:
         t = time.monotonic()
-        task = _make_task(chpart=chpart, config=config, load_id=load_id, app_id=app_id, schema=schema,
+        task = _make_task(chpart=chpart, config=config, load_id=load_id, attempt_prefix=prefix, schema=schema,
                           extra_env=extra_env, after_build=_after_build)
         with warnings.catch_warnings():
             # pyspark 4.3 warns that pandas >= 3 is not fully supported; mapInArrow uses none of it.
@@ -304,9 +352,11 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
 
 def _commit(*, chpart, config, load_id, extra_env, winners_path, partitions, verify, visibility, seconds,
             retries=3, backoff=(2, 5)):
-    """`chpart commit`, retried on exit 3 (it is resumable); CommitError otherwise."""
-    args = ["--load", load_id, "--winners", winners_path, "--partitions", str(partitions),
-            "--verify", verify, "--visibility", visibility]
+    """`chpart commit`, retried on exit 3 (it is resumable); CommitError otherwise. Without
+    ``winners_path`` it resumes a load whose plan is recorded, from the ledger alone."""
+    args = ["--load", load_id, "--verify", verify, "--visibility", visibility]
+    if winners_path is not None:
+        args += ["--winners", winners_path, "--partitions", str(partitions)]
     hint = f"{chpart} commit --config {config} " + " ".join(args)
     t = time.monotonic()
     for attempt in range(retries):
@@ -323,16 +373,18 @@ def _commit(*, chpart, config, load_id, extra_env, winners_path, partitions, ver
                               resume_hint=hint) from None
 
 
-def _already_committed(*, chpart, config, load_id, extra_env):
-    """The summary of a committed load (from `chpart status`), or None if it is not committed."""
+def _load_status(*, chpart, config, load_id, extra_env):
+    """The load's entry of `chpart status --json`, or None if it was never begun."""
     loads = _cli.run_json(chpart, "status", ["--load", load_id], config, extra_env, context=f"load {load_id}")
-    for entry in loads:
-        if entry.get("load") == load_id and entry.get("state") == "committed":
-            keys = ("load", "table", "mode", "visibility", "partitions", "rows", "winners")
-            summary = {k: entry.get(k) for k in keys}
-            summary["parts"] = entry.get("parts_planned")
-            return summary
-    return None
+    return next((entry for entry in loads if entry.get("load") == load_id), None)
+
+
+def _summary_of(status):
+    """A committed load's summary, from its `chpart status` entry."""
+    keys = ("load", "table", "mode", "visibility", "partitions", "rows", "winners")
+    summary = {k: status.get(k) for k in keys}
+    summary["parts"] = status.get("parts_planned")
+    return summary
 
 
 def _abort_after(failure, *, chpart, config, load_id, extra_env):

@@ -47,13 +47,18 @@ object LoadEvents extends Serializable { // the tasks call its helpers
   /** Loads `df` into `table` as load `load`; returns `chpart commit --json`'s summary line. */
   def write(df: DataFrame, table: String, load: String, config: String, chpart: String = "chpart",
             mode: String = "append"): String = {
-    val appId = df.sparkSession.sparkContext.applicationId
+    val sc = df.sparkSession.sparkContext
+    // taskAttemptId is unique within one application attempt only (YARN restarts it at 0 in a
+    // new application attempt): prefix it with the application attempt (or the driver's start
+    // time) and a nonce of this write.
+    val nonce = java.util.UUID.randomUUID().toString.replace("-", "").take(12)
+    val prefix = s"${sc.applicationId}.${sc.applicationAttemptId.getOrElse(s"s${sc.startTime}")}.$nonce"
     val schema = df.schema
     LoadEvents.chpart(chpart, "begin", "--config", config, "--table", table, "--load", load, "--mode", mode)
 
     val results = df.queryExecution.toRdd.mapPartitions { rows =>
       val ctx = TaskContext.get()
-      val attempt = s"$appId.${ctx.taskAttemptId()}" // the only per-attempt unique number
+      val attempt = s"$prefix.${ctx.taskAttemptId()}"
       val pb = new ProcessBuilder(chpart, "build", "--config", config, "--load", load,
         "--partition", ctx.partitionId().toString, "--attempt", attempt,
         "--stage", ctx.stageId().toString, "--stage-attempt", ctx.stageAttemptNumber().toString,

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
-use crate::runner::{LocalCommand, Stdin};
+use crate::runner::LocalCommand;
 
 // Real `system.tables.create_table_query` values, printed by clickhouse-local 26.9 for the
 // statements in `ORIGINALS` below (storage_policy/disk 'default' and TO DISK/VOLUME 'default'
@@ -209,7 +209,7 @@ fn local(path: &std::path::Path, query: &str) -> String {
     let command = LocalCommand::new(chpart_testenv::clickhouse_local(), Duration::from_secs(120));
     let args = ["--path".into(), path.into(), "--query".into(), query.into()];
     let out = command
-        .run(&args, Stdin::Null)
+        .run(&args)
         .unwrap_or_else(|e| panic!("{e}\nquery: {query}"));
     String::from_utf8(out).expect("UTF-8 output")
 }

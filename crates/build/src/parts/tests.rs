@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::ddl::local_table_ddl;
-use crate::runner::{LocalCommand, Stdin};
+use crate::runner::LocalCommand;
 use crate::workdir::WorkDir;
 
 fn command() -> LocalCommand {
@@ -32,36 +32,31 @@ fn tsv(n: u64) -> String {
         .collect()
 }
 
-/// Runs a build of `source` in `work`, returning the system.parts output.
-fn build(work: &WorkDir, source: Source, stdin: Option<String>) -> String {
+/// `n` rows of [`tsv`] as a TabSeparated input file in `work`.
+fn tsv_file(work: &WorkDir, n: u64) -> Vec<FileSource> {
+    let path = work.path().join(format!("input-{n}.tsv"));
+    std::fs::write(&path, tsv(n)).unwrap();
+    vec![(path, "TabSeparated".into(), STRUCTURE.into())]
+}
+
+/// Runs a build of `files` in `work`, returning the system.parts output.
+fn build(work: &WorkDir, files: Vec<FileSource>) -> String {
     let ddl = local_table_ddl(TARGET, "chpart", "events").unwrap();
-    let query = build_query(&ddl, "chpart", "events", &insert_columns(), source).unwrap();
-    let data = work.path().join("ch");
-    let (input, stdin) = match stdin {
-        Some(text) => (
-            Some(StdinInput {
-                table: "input".into(),
-                format: "TabSeparated".into(),
-                structure: STRUCTURE.into(),
-            }),
-            Stdin::writer(move |out| out.write_all(text.as_bytes()).map(|()| text.len() as u64)),
-        ),
-        None => (None, Stdin::Null),
-    };
+    let query = build_query(&ddl, "chpart", "events", &insert_columns(), files).unwrap();
     let out = command()
-        .run(&local_args(&data, input.as_ref(), &query), stdin)
+        .run(&local_args(&work.path().join("ch"), &query))
         .unwrap_or_else(|e| panic!("{e}\n{query}"));
     String::from_utf8(out).unwrap()
 }
 
 #[test]
-fn builds_from_stdin_checks_and_digests() {
+fn builds_from_a_file_checks_and_digests() {
     // A parent whose name needs escaping in TabSeparated output.
     let parent = tempfile::tempdir().unwrap();
     let odd_parent = parent.path().join("we ird\tdir\\x");
     std::fs::create_dir(&odd_parent).unwrap();
     let work = WorkDir::create(&odd_parent, "load-1", "attempt-1").unwrap();
-    let out = build(&work, Source::StdinTable("input".into()), Some(tsv(30_000)));
+    let out = build(&work, tsv_file(&work, 30_000));
     let parts = inspect_parts(&out, None).unwrap_or_else(|e| panic!("{e}\n{out}"));
 
     // One part per partition: 30k rows are one insert block.
@@ -142,18 +137,14 @@ fn builds_from_parquet_files_with_absolute_paths() {
              FROM numbers({days}) INTO OUTFILE {} FORMAT Parquet",
             crate::sql::quote_os(file.as_os_str())
         );
-        command()
-            .run(&["--query".into(), query.into()], Stdin::Null)
-            .unwrap();
+        command().run(&["--query".into(), query.into()]).unwrap();
         assert!(file.metadata().unwrap().len() > 0);
     }
-    let source = Source::Files(
-        files
-            .iter()
-            .map(|f| (f.clone(), "Parquet".to_string(), STRUCTURE.to_string()))
-            .collect(),
-    );
-    let out = build(&work, source, None);
+    let source: Vec<FileSource> = files
+        .iter()
+        .map(|f| (f.clone(), "Parquet".to_string(), STRUCTURE.to_string()))
+        .collect();
+    let out = build(&work, source);
     let parts = inspect_parts(&out, None).unwrap_or_else(|e| panic!("{e}\n{out}"));
     // Each INSERT makes its own parts: file 1 gives Jan (12 days) + Feb (8), file 2 Feb (4) + Mar (16).
     let summary: Vec<(String, u64)> = parts
@@ -188,27 +179,19 @@ fn merged_builds_are_accepted_only_after_a_merge() {
             rows(i as u64 * 100),
             crate::sql::quote_os(file.as_os_str())
         );
-        command()
-            .run(&["--query".into(), query.into()], Stdin::Null)
-            .unwrap();
+        command().run(&["--query".into(), query.into()]).unwrap();
     }
-    let source = Source::Files(
-        files
-            .iter()
-            .map(|f| (f.clone(), "TabSeparated".to_string(), STRUCTURE.to_string()))
-            .collect(),
-    );
+    let source: Vec<FileSource> = files
+        .iter()
+        .map(|f| (f.clone(), "TabSeparated".to_string(), STRUCTURE.to_string()))
+        .collect();
     let query = build_query(&ddl, "chpart", "events", &insert_columns(), source).unwrap();
     let data = work.path().join("ch");
-    let out = command()
-        .run(&local_args(&data, None, &query), Stdin::Null)
-        .unwrap();
+    let out = command().run(&local_args(&data, &query)).unwrap();
     let inserted = inspect_parts(&String::from_utf8(out).unwrap(), None).unwrap();
     assert_eq!(inserted.len(), 6, "two inserts, three partitions each");
     let query = rewrite_query("chpart", "events", Rewrite::Merge);
-    let out = command()
-        .run(&local_args(&data, None, &query), Stdin::Null)
-        .unwrap();
+    let out = command().run(&local_args(&data, &query)).unwrap();
     let out = String::from_utf8(out).unwrap();
 
     for rewrite in [None, Some(Rewrite::ApplyTtl)] {
@@ -250,7 +233,7 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn tampered_parts_fail_with_the_part_and_the_problem() {
     let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-tamper").unwrap();
-    let pristine_out = build(&work, Source::StdinTable("input".into()), Some(tsv(300)));
+    let pristine_out = build(&work, tsv_file(&work, 300));
     let pristine = inspect_parts(&pristine_out, None).unwrap();
     let table_dir = pristine[0].dir.parent().unwrap().to_path_buf();
     let part = "202602_2_2_0";
@@ -408,7 +391,7 @@ fn tampered_parts_fail_with_the_part_and_the_problem() {
 
 #[test]
 fn build_query_statements() {
-    let files = Source::Files(vec![
+    let files: Vec<FileSource> = vec![
         (
             PathBuf::from("/data/a b.parquet"),
             "Parquet".into(),
@@ -419,20 +402,16 @@ fn build_query_statements() {
             "Arrow".into(),
             "id UInt64, `we ird` String".into(),
         ),
-    ]);
+    ];
     let columns = vec!["id".to_string(), "we ird".to_string()];
     let head = format!(
         "CREATE DATABASE `chpart`;\nDDL;\nALTER TABLE `chpart`.`t` MODIFY SETTING {NO_BACKGROUND_MERGES};\n\
          SYSTEM STOP MERGES `chpart`.`t`;\n"
     );
     let list = "SELECT name, partition_id, rows, hash_of_all_files, path, level, data_version FROM system.parts WHERE database = 'chpart' AND table = 't' AND active ORDER BY name FORMAT TabSeparated";
-    let cases: Vec<(&str, Source, &[String], String)> = vec![
-        (
-            "stdin table",
-            Source::StdinTable("input".into()),
-            &columns,
-            format!("{head}INSERT INTO `chpart`.`t` (`id`, `we ird`) SETTINGS optimize_on_insert = 0 SELECT `id`, `we ird` FROM `input`;\n{list}"),
-        ),
+    let one = vec![files[0].clone()];
+    type Case<'a> = (&'a str, Vec<FileSource>, &'a [String], String);
+    let cases: Vec<Case> = vec![
         (
             "files",
             files,
@@ -443,9 +422,10 @@ fn build_query_statements() {
         ),
         (
             "all columns",
-            Source::StdinTable("in".into()),
+            one,
             &[],
-            format!("{head}INSERT INTO `chpart`.`t` SETTINGS optimize_on_insert = 0 SELECT * FROM `in`;\n{list}"),
+            format!("{head}\
+             INSERT INTO `chpart`.`t` SETTINGS optimize_on_insert = 0 SELECT * FROM file('/data/a b.parquet', 'Parquet', 'id UInt64, `we ird` String');\n{list}"),
         ),
     ];
     for (what, source, columns, want) in cases {
@@ -467,11 +447,11 @@ fn build_query_statements() {
             format!("SYSTEM START MERGES `chpart`.`t`;\n{run};\nSYSTEM STOP MERGES `chpart`.`t`;\n{list}")
         );
     }
-    let relative = Source::Files(vec![(
+    let relative = vec![(
         PathBuf::from("data/x.parquet"),
         "Parquet".into(),
         "id UInt64".into(),
-    )]);
+    )];
     let err = build_query("DDL", "chpart", "t", &columns, relative).unwrap_err();
     assert_eq!(
         err,
@@ -480,38 +460,15 @@ fn build_query_statements() {
         }
     );
     assert_eq!(
-        build_query("DDL", "chpart", "t", &columns, Source::Files(vec![])).unwrap_err(),
+        build_query("DDL", "chpart", "t", &columns, vec![]).unwrap_err(),
         QueryError::NoFiles
     );
 }
 
 #[test]
-fn local_args_with_and_without_input() {
-    let input = StdinInput {
-        table: "input".into(),
-        format: "ArrowStream".into(),
-        structure: "a UInt64".into(),
-    };
-    let with: Vec<OsString> = local_args(Path::new("/w/ch"), Some(&input), "Q");
-    let want: Vec<OsString> = [
-        "--path",
-        "/w/ch",
-        "--table",
-        "input",
-        "--input-format",
-        "ArrowStream",
-        "--structure",
-        "a UInt64",
-        "--file",
-        "-",
-        "--query",
-        "Q",
-    ]
-    .map(OsString::from)
-    .to_vec();
-    assert_eq!(with, want);
+fn local_args_are_the_data_dir_and_the_query() {
     assert_eq!(
-        local_args(Path::new("/w/ch"), None, "Q"),
+        local_args(Path::new("/w/ch"), "Q"),
         ["--path", "/w/ch", "--query", "Q"]
             .map(OsString::from)
             .to_vec()
@@ -536,14 +493,14 @@ fn tsv_unescaping() {
 /// Runs `query` in the clickhouse-local data directory `data`, returning its output.
 fn run_in(data: &Path, query: &str) -> String {
     let out = command()
-        .run(&local_args(data, None, query), Stdin::Null)
+        .run(&local_args(data, query))
         .unwrap_or_else(|e| panic!("{e}\n{query}"));
     String::from_utf8(out).unwrap()
 }
 
 /// 600 rows over 100 keys (each key six times, so every folding engine has something to fold)
 /// in two months, from a `file()` the session writes itself.
-fn folding_rows(dir: &Path) -> Source {
+fn folding_rows(dir: &Path) -> Vec<FileSource> {
     let file = dir.join("rows.tsv");
     let select = "SELECT toDateTime('2026-01-01 00:00:00', 'UTC') + toIntervalDay(number % 2 * 40) AS ts, \
                   number % 100 AS id, toUInt64(number) AS v, if(number % 4 < 2, 1, -1) AS sign FROM numbers(600)";
@@ -554,11 +511,11 @@ fn folding_rows(dir: &Path) -> Source {
             crate::sql::quote_os(file.as_os_str())
         ),
     );
-    Source::Files(vec![(
+    vec![(
         file,
         "TabSeparated".into(),
         "ts DateTime('UTC'), id UInt64, v UInt64, sign Int8".into(),
-    )])
+    )]
 }
 
 #[test]
@@ -626,11 +583,11 @@ fn expired_rows_are_removed_by_materialize_ttl_without_folding() {
     );
     // number % 4: 0 -> now (live), 1 -> 40 days (expired), 2 -> 20 days (live, note reset),
     // 3 -> 60 days (expired); partitions by id % 2 = number % 2: partition 1 expires entirely.
-    let source = Source::Files(vec![(
+    let source = vec![(
         file,
         "TabSeparated".into(),
         "ts DateTime('UTC'), id UInt64, note String".into(),
-    )]);
+    )];
     let columns = ["ts", "id", "note"].map(String::from);
     let data = work.path().join("ch");
     let out = run_in(

@@ -1,4 +1,3 @@
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -11,51 +10,11 @@ fn args(list: &[&str]) -> Vec<OsString> {
     list.iter().map(OsString::from).collect()
 }
 
-/// TSV rows `i\trow-i` for `0..n`, written in chunks as a real producer would.
-fn tsv_rows(n: u64) -> impl FnOnce(&mut dyn Write) -> io::Result<u64> + Send + 'static {
-    move |out: &mut dyn Write| {
-        let mut written = 0;
-        for i in 0..n {
-            let line = format!("{i}\trow-{i}\n");
-            out.write_all(line.as_bytes())?;
-            written += line.len() as u64;
-        }
-        Ok(written)
-    }
-}
-
-const INPUT_TABLE: &[&str] = &[
-    "--structure",
-    "a UInt64, s String",
-    "--input-format",
-    "TabSeparated",
-    "--table",
-    "input",
-    "--file",
-    "-",
-];
-
 #[test]
-fn streams_stdin_and_collects_large_stdout() {
-    let command = clickhouse_local();
-    // 200k rows is several MiB: more than the pipe buffer, so the producer must overlap with
-    // the child reading.
-    let mut list = INPUT_TABLE.to_vec();
-    list.extend(["--query", "SELECT sum(a), count(), max(s) FROM input"]);
-    let out = command
-        .run(&args(&list), Stdin::writer(tsv_rows(200_000)))
-        .unwrap();
-    assert_eq!(
-        String::from_utf8(out).unwrap(),
-        format!("{}\t200000\trow-99999\n", 199_999u64 * 200_000 / 2)
-    );
-
-    // stdout far beyond the pipe buffer, with nothing on stdin.
-    let out = command
-        .run(
-            &args(&["--query", "SELECT number FROM numbers(300000)"]),
-            Stdin::Null,
-        )
+fn collects_large_stdout() {
+    // stdout far beyond the pipe buffer: drained while the child runs.
+    let out = clickhouse_local()
+        .run(&args(&["--query", "SELECT number FROM numbers(300000)"]))
         .unwrap();
     let text = String::from_utf8(out).unwrap();
     assert_eq!(text.lines().count(), 300_000);
@@ -63,12 +22,15 @@ fn streams_stdin_and_collects_large_stdout() {
 }
 
 #[test]
-fn version_is_the_engine_version() {
-    let version = clickhouse_local().version().unwrap();
+fn identify_reports_the_engine_version_and_the_zone_it_was_given() {
+    let id = clickhouse_local().identify().unwrap();
+    let version = id.version;
     assert!(version.starts_with("26.9."), "{version}");
-    let banner = clickhouse_local()
-        .run(&args(&["--version"]), Stdin::Null)
-        .unwrap();
+    for tz in ["Asia/Tokyo", "America/New_York"] {
+        let id = clickhouse_local().in_timezone(tz).identify().unwrap();
+        assert_eq!(id.timezone, tz);
+    }
+    let banner = clickhouse_local().run(&args(&["--version"])).unwrap();
     assert!(
         String::from_utf8_lossy(&banner).contains(&version),
         "{version}"
@@ -99,9 +61,7 @@ fn failures_name_the_program_status_and_stderr() {
         ),
     ];
     for (what, list, code, needles) in cases {
-        let err = clickhouse_local()
-            .run(&args(list), Stdin::Null)
-            .unwrap_err();
+        let err = clickhouse_local().run(&args(list)).unwrap_err();
         let RunError::Failed {
             program,
             status,
@@ -136,7 +96,7 @@ fn stderr_is_bounded_and_the_message_shows_its_last_lines() {
     let sh = LocalCommand::new("/bin/sh", Duration::from_secs(60));
     // ~1.3 MB of stderr (the child would block on a full pipe if nobody read it), then exit 3.
     let script = "i=0; while [ $i -lt 100000 ]; do echo \"line $i\"; i=$((i+1)); done >&2; echo last words >&2; exit 3";
-    let err = sh.run(&args(&["-c", script]), Stdin::Null).unwrap_err();
+    let err = sh.run(&args(&["-c", script])).unwrap_err();
     let RunError::Failed {
         status,
         stderr_tail,
@@ -161,7 +121,7 @@ fn stderr_is_bounded_and_the_message_shows_its_last_lines() {
         "{message}"
     );
 
-    let err = sh.run(&args(&["-c", "exit 4"]), Stdin::Null).unwrap_err();
+    let err = sh.run(&args(&["-c", "exit 4"])).unwrap_err();
     assert_eq!(
         err.to_string(),
         "/bin/sh failed with exit status: 4 (nothing on stderr)"
@@ -173,7 +133,7 @@ fn missing_or_unrunnable_program() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-clickhouse-local");
     let err = LocalCommand::new(&missing, Duration::from_secs(5))
-        .run(&[], Stdin::Null)
+        .run(&[])
         .unwrap_err();
     assert!(
         matches!(&err, RunError::NotFound { program } if *program == missing),
@@ -189,7 +149,7 @@ fn missing_or_unrunnable_program() {
     let not_executable = dir.path().join("clickhouse-local");
     std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
     let err = LocalCommand::new(&not_executable, Duration::from_secs(5))
-        .version()
+        .identify()
         .unwrap_err();
     assert!(
         matches!(&err, RunError::Spawn { source, .. } if source.kind() == io::ErrorKind::PermissionDenied),
@@ -237,128 +197,24 @@ fn children_of(parent: u32, comm: &str) -> Vec<u32> {
 fn timeouts_kill_and_reap_the_child() {
     // The only test that runs `sleep`, so the child check below sees no other test's children.
     let sleep = LocalCommand::new("/bin/sleep", Duration::from_millis(400));
-    let cases: Vec<(&str, Stdin)> = vec![
-        ("no input", Stdin::Null),
-        // The child never reads: the producer blocks on the full pipe until the kill closes it.
-        (
-            "producer blocked writing",
-            Stdin::writer(|out| {
-                let chunk = vec![b'x'; 1 << 16];
-                let mut written = 0;
-                loop {
-                    out.write_all(&chunk)?;
-                    written += chunk.len() as u64;
-                    if written > 1 << 30 {
-                        return Ok(written);
-                    }
-                }
-            }),
-        ),
-        // The producer is stuck on its own source; run() must not wait for it.
-        (
-            "producer blocked on its source",
-            Stdin::writer(|_| {
-                std::thread::sleep(Duration::from_secs(20));
-                Ok(0)
-            }),
-        ),
-    ];
-    for (what, stdin) in cases {
-        let started = Instant::now();
-        let err = sleep.run(&args(&["30"]), stdin).unwrap_err();
-        let took = started.elapsed();
-        assert!(
-            matches!(err, RunError::TimedOut { timeout, .. } if timeout == Duration::from_millis(400)),
-            "{what}: {err}"
-        );
-        assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
-        assert!(
-            err.to_string()
-                .starts_with("/bin/sleep did not finish within 400ms and was killed"),
-            "{what}: {err}"
-        );
-        assert_eq!(
-            children_named("sleep"),
-            Vec::<u32>::new(),
-            "{what}: a sleep child survived (or was not reaped)"
-        );
-    }
-}
-
-#[test]
-fn a_failing_producer_fails_the_run_and_wins_over_the_exit_it_causes() {
-    let mut list = INPUT_TABLE.to_vec();
-    list.extend(["--query", "SELECT count() FROM input"]);
-    let cases: Vec<(&str, Stdin, &str)> = vec![
-        (
-            "error midway",
-            Stdin::writer(|out| {
-                tsv_rows(5_000)(out)?;
-                // Half a row, then the source breaks.
-                out.write_all(b"5000\tro")?;
-                Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "arrow stream truncated after batch 3",
-                ))
-            }),
-            "arrow stream truncated after batch 3",
-        ),
-        (
-            "panic midway",
-            Stdin::writer(|out| {
-                tsv_rows(10)(out)?;
-                panic!("producer bug");
-            }),
-            "the input producer panicked: producer bug",
-        ),
-    ];
-    for (what, stdin, needle) in cases {
-        let err = clickhouse_local().run(&args(&list), stdin).unwrap_err();
-        assert!(matches!(err, RunError::Producer { .. }), "{what}: {err}");
-        let message = err.to_string();
-        assert!(
-            message.contains(needle) && message.contains("was killed"),
-            "{what}: {message}"
-        );
-    }
-
-    // The child fails before reading its input: the producer's BrokenPipe is a consequence,
-    // and the child's error is the one reported.
-    let mut list = INPUT_TABLE.to_vec();
-    list.extend(["--query", "SELEC count() FROM input"]);
-    let err = clickhouse_local()
-        .run(&args(&list), Stdin::writer(tsv_rows(3_000_000)))
-        .unwrap_err();
-    assert!(matches!(err, RunError::Failed { .. }), "{err}");
-    assert!(err.to_string().contains("Code: 62"), "{err}");
-
-    // A child that exits successfully without reading its input cannot have used all of it.
-    let err = LocalCommand::new("/bin/true", Duration::from_secs(30))
-        .run(&[], Stdin::writer(tsv_rows(3_000_000)))
-        .unwrap_err();
-    assert!(matches!(err, RunError::InputNotRead { .. }), "{err}");
+    let started = Instant::now();
+    let err = sleep.run(&args(&["30"])).unwrap_err();
+    let took = started.elapsed();
     assert!(
-        err.to_string().contains("before reading all of its input"),
+        matches!(err, RunError::TimedOut { timeout, .. } if timeout == Duration::from_millis(400)),
         "{err}"
     );
-}
-
-#[test]
-fn broken_pipe_is_recognised_when_wrapped() {
-    let pipe = || io::Error::from(io::ErrorKind::BrokenPipe);
-    let cases: Vec<(io::Error, bool)> = vec![
-        (pipe(), true),
-        (io::Error::other(pipe()), true),
-        (
-            io::Error::new(io::ErrorKind::InvalidData, io::Error::other(pipe())),
-            true,
-        ),
-        (io::Error::other("arrow: invalid batch"), false),
-        (io::Error::from(io::ErrorKind::UnexpectedEof), false),
-    ];
-    for (error, want) in cases {
-        assert_eq!(is_broken_pipe(&error), want, "{error:?}");
-    }
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(
+        err.to_string()
+            .starts_with("/bin/sleep did not finish within 400ms and was killed"),
+        "{err}"
+    );
+    assert_eq!(
+        children_named("sleep"),
+        Vec::<u32>::new(),
+        "a sleep child survived (or was not reaped)"
+    );
 }
 
 #[test]
@@ -368,8 +224,7 @@ fn a_killed_builder_does_not_leave_the_child_running() {
     // no chance to clean up: only PR_SET_PDEATHSIG can end the sleep.
     const HELPER: &str = "CHPART_BUILD_TEST_KILLED_BUILDER";
     if std::env::var_os(HELPER).is_some() {
-        let result = LocalCommand::new("/bin/sleep", Duration::from_secs(120))
-            .run(&args(&["117"]), Stdin::Null);
+        let result = LocalCommand::new("/bin/sleep", Duration::from_secs(120)).run(&args(&["117"]));
         panic!("the builder should have been killed, but run returned {result:?}");
     }
     let mut builder = std::process::Command::new(std::env::current_exe().unwrap())

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::manifest::{FileEntry, PartEntry, Target};
+use crate::manifest::{count_txt_entry, FileEntry, PartEntry, Target};
 use crate::names::detached_part_name;
 use crate::testutil::expect_row;
 use crate::Attempt;
@@ -62,10 +62,10 @@ fn manifest(load: &str, partition: u32, attempt: &str, parts: &[(&str, u32, u64)
                 partition_id,
                 seq,
                 rows,
-                bytes_on_disk: 12 + rows,
+                bytes_on_disk: 10 + count_txt_entry(rows).size + rows,
                 files: vec![
                     file("checksums.txt", 10),
-                    file("count.txt", 2),
+                    count_txt_entry(rows),
                     file("data.bin", rows),
                 ],
             }
@@ -173,7 +173,7 @@ fn winners_table() {
             Err(vec!["line 4 (partition ?, attempt ?): manifest is not valid JSON: EOF"]),
         ),
         (
-            "invalid manifest: its partition is then missing",
+            "invalid manifest: reported once, not also as a missing partition",
             {
                 let mut l = base();
                 l[1].1 = l[1].1.replace(&hash_of(&m1().parts[0].name), "XYZ");
@@ -183,7 +183,6 @@ fn winners_table() {
             false,
             Err(vec![
                 "line 2 (partition 1, attempt app.7): manifest of load L attempt app.7: part 202601_",
-                "partition 1 has no winner (winners were given for partitions up to 2)",
             ]),
         ),
         (
@@ -256,12 +255,20 @@ fn winners_table() {
             "part without rows",
             with(|m| {
                 m.parts[0].rows = 0;
+                m.parts[0].files[1] = count_txt_entry(0);
                 m.parts[0].files[2].size = 0;
-                m.parts[0].bytes_on_disk = 12;
+                m.parts[0].bytes_on_disk = 11;
             }),
             None,
             false,
             Err(vec!["line 2 (partition 1, attempt app.7): part 202601_"]),
+        ),
+        (
+            "rows edited in a winners line: one problem, the partition is not also missing",
+            with(|m| m.parts[0].rows += 1),
+            None,
+            false,
+            Err(vec!["line 2 (partition 1, attempt app.7): manifest of load L attempt app.7: part 202601_"]),
         ),
         (
             "two winners for one partition",
@@ -506,7 +513,7 @@ fn plan_json_round_trip_and_pinned_fingerprint() {
         "{json}"
     );
     assert!(
-        json.ends_with(r#""winners":[[0,"app.1"],[1,"app.7"],[2,"app.9"]]}"#),
+        json.contains(r#""winners":[[0,"app.1"],[1,"app.7"],[2,"app.9"]],"manifests":["{"#),
         "{json}"
     );
     assert_eq!(CommitPlan::from_json(&json).unwrap(), p);
@@ -520,7 +527,7 @@ fn plan_json_round_trip_and_pinned_fingerprint() {
     assert_eq!(p.fingerprint(), PINNED_PLAN);
 }
 
-const PINNED_PLAN: &str = "sha256:ee70a7fe648f850431df44d9fef8a58304e12bd5bd51a1ae77a09f1c33174759";
+const PINNED_PLAN: &str = "sha256:6f9d524f680ebc835b30a14c5ed5270eba8a03bcfcf0661242de0971e3214fdb";
 
 #[test]
 fn recorded_plan_consistency_table() {
@@ -580,6 +587,21 @@ fn recorded_plan_consistency_table() {
             Err("is of attempt app.7 for partition 1, which is not that partition's winner"),
         ),
         (
+            "a manifest left out",
+            |v| _ = v["manifests"].as_array_mut().unwrap().pop(),
+            Err("its manifests are not those of its winners"),
+        ),
+        (
+            "a manifest that does not read",
+            |v| v["manifests"][1] = "{}".into(),
+            Err("manifest 2 of the plan does not read"),
+        ),
+        (
+            "recorded before plans kept their manifests",
+            |v| _ = v.as_object_mut().unwrap().remove("manifests"),
+            Ok(()),
+        ),
+        (
             "written by a newer chpart",
             |v| v["compression"] = "zstd".into(),
             Err("recorded commit plan is not readable: unknown field `compression`"),
@@ -633,6 +655,7 @@ fn plan_matches_table() {
             {
                 let mut m = m0();
                 m.parts[1].rows = 49;
+                m.parts[1].files[1] = count_txt_entry(49);
                 m.parts[1].files[2].size = 49;
                 m.parts[1].bytes_on_disk = 61;
                 from(&[m, m1(), m2()])
@@ -647,6 +670,15 @@ fn plan_matches_table() {
                 from(&[m, m1(), m2()])
             },
             Err("was recorded with 50 rows, 62 bytes, hash "),
+        ),
+        (
+            "a file's digest edited since, parts unchanged",
+            {
+                let mut m = m0();
+                m.parts[1].files[0].sha256 = "0".repeat(64);
+                from(&[m, m1(), m2()])
+            },
+            Err("load L partition 0: the manifest of attempt app.1 differs from the one recorded in the plan"),
         ),
         (
             "a part dropped from a manifest",
@@ -763,16 +795,15 @@ fn progress_from_entry_ids() {
 #[test]
 fn decide_part_table() {
     use PartStep::*;
-    let f = |recorded_attached, attach_intent, in_detached, attaching_leftover, hash_active| {
-        PartFacts {
-            recorded_attached,
-            attach_intent,
-            in_detached,
-            attaching_leftover,
-            hash_active_in_attach_table: hash_active,
-        }
+    let f = |recorded_attached, attach_intent, in_detached, attaching_leftover, fresh| PartFacts {
+        recorded_attached,
+        attach_intent,
+        in_detached,
+        attaching_leftover,
+        ledger_read_after_observation: fresh,
     };
-    // (situation, facts: recorded, intent, in detached, attaching_ leftover, hash active)
+    // (situation, facts: recorded, intent, in detached, attaching_ leftover, ledger read after
+    // the observation)
     let rows = [
         ("not started", f(false, false, true, false, false), Attach),
         (
@@ -782,7 +813,7 @@ fn decide_part_table() {
         ),
         (
             "ATTACH failed before claiming it",
-            f(false, true, true, false, false),
+            f(false, true, true, false, true),
             Attach,
         ),
         ("ATTACH in flight", f(false, true, false, true, false), Wait),
@@ -792,35 +823,30 @@ fn decide_part_table() {
             Wait,
         ),
         (
-            "attached, not recorded",
-            f(false, true, false, false, true),
-            RecordAttached,
-        ),
-        (
-            "attached, then merged or moved",
+            "attached (then perhaps merged or moved), not recorded",
             f(false, true, false, false, false),
             RecordAttached,
         ),
-        (
-            "attached by a commit that lost its intent",
-            f(false, false, false, false, true),
-            RecordAttached,
-        ),
-        ("recorded", f(true, true, false, false, true), Skip),
+        ("recorded", f(true, true, false, false, false), Skip),
         (
             "recorded, then moved away",
-            f(true, true, false, false, false),
+            f(true, true, false, false, true),
             Skip,
         ),
         (
-            "removed by someone",
+            "gone, ledger read before the observation: a concurrent commit may have attached it",
             f(false, false, false, false, false),
-            Lost,
+            ReadLedger,
         ),
         (
-            "identical content attached, this copy still detached",
-            f(false, false, true, false, true),
-            Attach,
+            "a concurrent commit attached, moved and merged it after our ledger read",
+            f(false, false, false, false, false),
+            ReadLedger,
+        ),
+        (
+            "gone, and a ledger read after the observation has no intent: removed by someone",
+            f(false, false, false, false, true),
+            Lost,
         ),
         (
             "a copy re-published while another ATTACH holds one",
@@ -833,7 +859,8 @@ fn decide_part_table() {
     }
     // Every combination: ATTACH is sent only for a part sitting in detached/ that no ATTACH
     // holds and that is not recorded; a part is recorded attached only once it left detached/
-    // without a leftover and with evidence of an ATTACH.
+    // without a leftover and with an intent; it is lost only by a ledger read made after the
+    // observation.
     for bits in 0..32u8 {
         let facts = f(
             bits & 1 != 0,
@@ -852,14 +879,22 @@ fn decide_part_table() {
         }
         if step == RecordAttached {
             assert!(!facts.in_detached && !facts.attaching_leftover, "{facts:?}");
-            assert!(
-                facts.attach_intent || facts.hash_active_in_attach_table,
-                "{facts:?}"
-            );
+            assert!(facts.attach_intent, "{facts:?}");
         }
         if step == Wait {
             assert!(
                 facts.attaching_leftover && !facts.recorded_attached,
+                "{facts:?}"
+            );
+        }
+        if step == Lost || step == ReadLedger {
+            assert!(
+                !facts.in_detached && !facts.attaching_leftover && !facts.attach_intent,
+                "{facts:?}"
+            );
+            assert_eq!(
+                step == Lost,
+                facts.ledger_read_after_observation,
                 "{facts:?}"
             );
         }
@@ -888,11 +923,11 @@ fn part_lost_message() {
     let p = plan(Visibility::Part, Mode::Append);
     let msg = PartLost::new(&p, &p.parts[1]).to_string();
     let want = format!(
-        "load L partition 1 attempt app.7: part {} is lost: it is not in detached/",
-        p.parts[1].name
+        "load L partition 1 attempt app.7: part {} (hash {}) is lost: it is not in detached/",
+        p.parts[1].name, p.parts[1].hash_of_all_files
     );
     assert!(msg.starts_with(&want), "{msg}");
-    assert!(msg.contains(&p.parts[1].hash_of_all_files), "{msg}");
+    assert!(msg.contains("records no attach of it"), "{msg}");
 }
 
 #[test]
@@ -1008,6 +1043,86 @@ fn partition_broken_message() {
         msg.starts_with("load L partition 202601 (append mode): the shadow table holds 30 rows of it, but the plan put 130 there and a MOVE leaves all or none"),
         "{msg}"
     );
+}
+
+#[test]
+fn reconcile_hashes_table() {
+    let p = plan(Visibility::Partition, Mode::Append);
+    let planned = |id: &str| -> Vec<String> {
+        let mut h: Vec<String> = p
+            .parts
+            .iter()
+            .filter(|x| x.partition_id.as_str() == id)
+            .map(|x| x.hash_of_all_files.clone())
+            .collect();
+        h.sort();
+        h
+    };
+    let first_of_202601 = p
+        .parts
+        .iter()
+        .find(|x| x.partition_id.as_str() == "202601")
+        .unwrap();
+    type Row = (
+        &'static str,
+        Vec<(&'static str, Vec<String>)>,
+        Result<(), String>,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "exactly the planned parts",
+            vec![("202601", planned("202601")), ("202602", planned("202602"))],
+            Ok(()),
+        ),
+        (
+            "a part's checksums.txt changed",
+            vec![
+                ("202601", {
+                    let mut h = planned("202601");
+                    h.retain(|x| x != &first_of_202601.hash_of_all_files);
+                    h.push("f".repeat(32));
+                    h
+                }),
+                ("202602", planned("202602")),
+            ],
+            Err(format!(
+                "partition 202601: no attached part has the hash {} of part {}",
+                first_of_202601.hash_of_all_files, first_of_202601.name
+            )),
+        ),
+        (
+            "a part the plan does not have",
+            vec![
+                ("202601", {
+                    let mut h = planned("202601");
+                    h.push("e".repeat(32));
+                    h
+                }),
+                ("202602", planned("202602")),
+            ],
+            Err(format!(
+                "partition 202601: an attached part has hash {}, which no planned part has",
+                "e".repeat(32)
+            )),
+        ),
+        (
+            "a partition with nothing attached",
+            vec![("202601", planned("202601"))],
+            Err("partition 202602: no attached part has the hash".into()),
+        ),
+    ];
+    for (row, attached, want) in rows {
+        let attached: BTreeMap<PartitionId, Vec<String>> = attached
+            .into_iter()
+            .map(|(id, h)| (id.parse().unwrap(), h))
+            .collect();
+        let got = reconcile_hashes(&p, &attached).map_err(|e| e.to_string());
+        match (&got, &want) {
+            (Ok(()), Ok(())) => {}
+            (Err(g), Err(w)) => assert!(g.starts_with(w.as_str()), "{row}: {g}"),
+            _ => panic!("{row}: got {got:?}, want {want:?}"),
+        }
+    }
 }
 
 #[test]
@@ -1534,6 +1649,37 @@ fn concurrent_attach_table() {
             false,
         ),
         (
+            "B read the ledger, then A attached it, moved it and it merged: B reads again",
+            vec![
+                Read('B'),
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Finish,
+                MergeAll,
+                ObserveOld('B', ReadLedger),
+                Observe('B', RecordAttached),
+                Record('B'),
+            ],
+            1,
+            false,
+        ),
+        (
+            "B read the ledger after A recorded it attached: B skips it",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                Finish,
+                Observe('A', RecordAttached),
+                Record('A'),
+                Read('B'),
+                ObserveOld('B', Skip),
+            ],
+            1,
+            false,
+        ),
+        (
             "A recorded it, B comes late",
             vec![
                 Observe('A', Attach),
@@ -1568,7 +1714,7 @@ proptest! {
     fn racing_commits_attach_each_part_once(
         visibility in prop::sample::select(vec![Visibility::Partition, Visibility::Part]),
         mode in prop::sample::select(vec![Mode::Append, Mode::Replace]),
-        schedule in prop::collection::vec(0u8..8, 0..160),
+        schedule in prop::collection::vec(0u8..10, 0..160),
     ) {
         let plan = plan(visibility, mode);
         sim::race_randomly(&plan, &schedule);

@@ -110,13 +110,6 @@ impl World {
         }
     }
 
-    fn attach_table(&self) -> &Vec<Active> {
-        match self.visibility {
-            Visibility::Part => &self.target,
-            Visibility::Partition => &self.shadow,
-        }
-    }
-
     fn attach_table_mut(&mut self) -> &mut Vec<Active> {
         match self.visibility {
             Visibility::Part => &mut self.target,
@@ -134,16 +127,15 @@ impl World {
             .map(|body| CommitPlan::from_json(body).unwrap())
     }
 
-    fn part_facts(&self, progress: &CommitProgress, part: &PlannedPart) -> PartFacts {
+    /// The facts about `part` as a commit sees them: the table observed now, the ledger as
+    /// `progress` (a read made after this observation when `fresh`, an older one otherwise).
+    fn part_facts(&self, progress: &CommitProgress, part: &PlannedPart, fresh: bool) -> PartFacts {
         PartFacts {
             recorded_attached: progress.attached.contains(&part.name),
             attach_intent: progress.attach_intents.contains(&part.name),
             in_detached: self.detached.contains(&part.name),
             attaching_leftover: self.attaching.contains(&part.name),
-            hash_active_in_attach_table: self
-                .attach_table()
-                .iter()
-                .any(|a| a.hash == part.hash_of_all_files),
+            ledger_read_after_observation: fresh,
         }
     }
 
@@ -265,6 +257,17 @@ pub(super) enum Act {
 
 /// What a commit given `plan` does next, decided from a fresh observation of `world` only.
 pub(super) fn next(world: &World, plan: &CommitPlan) -> Act {
+    next_with(world, plan, None)
+}
+
+/// As [`next`], but the commit decides its parts from `old_read`, a ledger read it made some
+/// time before this observation (as the real commit does within an attach round), until a
+/// decision asks it to read the ledger again.
+pub(super) fn next_with(
+    world: &World,
+    plan: &CommitPlan,
+    old_read: Option<&CommitProgress>,
+) -> Act {
     let progress = world.progress();
     let recorded = world.recorded_plan();
     if let Some(r) = &recorded {
@@ -287,12 +290,21 @@ pub(super) fn next(world: &World, plan: &CommitPlan) -> Act {
         CommitPhase::AttachParts { pending } => {
             for name in pending {
                 let part = recorded.parts.iter().find(|p| p.name == name).unwrap();
-                let facts = world.part_facts(&progress, part);
-                match decide_part(&facts) {
+                let mut facts = match old_read {
+                    Some(old) => world.part_facts(old, part, false),
+                    None => world.part_facts(&progress, part, true),
+                };
+                let mut step = decide_part(&facts);
+                if step == PartStep::ReadLedger {
+                    facts = world.part_facts(&progress, part, true);
+                    step = decide_part(&facts);
+                }
+                match step {
                     PartStep::Skip | PartStep::Wait => {}
                     PartStep::RecordAttached => return Act::Write(CommitEntry::Attached(name)),
                     PartStep::Attach if facts.attach_intent => return Act::Attach(name),
                     PartStep::Attach => return Act::Write(CommitEntry::AttachIntent(name)),
+                    PartStep::ReadLedger => unreachable!("decided from a fresh read"),
                     PartStep::Lost => panic!("{}", PartLost::new(&recorded, part)),
                 }
             }
@@ -474,8 +486,13 @@ pub(super) fn assert_committed(world: &World, plan: &CommitPlan, row: &str) {
 /// One step of a race on the plan's first part between commits named by a letter.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Race {
-    /// The commit observes the part and must decide this.
+    /// The commit observes the part, then reads the ledger, and must decide this.
     Observe(char, PartStep),
+    /// The commit reads the ledger (and keeps that read for [`Race::ObserveOld`]).
+    Read(char),
+    /// The commit observes the part and must decide this from its last [`Race::Read`], made
+    /// before the observation.
+    ObserveOld(char, PartStep),
     /// The commit writes `attach:<part>` (after deciding Attach).
     Intent(char),
     /// The commit sends ATTACH (after deciding Attach); the server finds the part or not.
@@ -496,6 +513,7 @@ pub(super) fn race(plan: &CommitPlan, steps: &[Race], row: &str) -> World {
     apply(&mut world, plan, Act::WritePlan);
     let part = &plan.parts[0];
     let mut last: BTreeMap<char, PartStep> = BTreeMap::new();
+    let mut reads: BTreeMap<char, CommitProgress> = BTreeMap::new();
     for (i, step) in steps.iter().enumerate() {
         let at = format!("{row}: step {i} {step:?}");
         let decided = |last: &BTreeMap<char, PartStep>, who: char, want: PartStep| {
@@ -507,7 +525,14 @@ pub(super) fn race(plan: &CommitPlan, steps: &[Race], row: &str) -> World {
         };
         match *step {
             Race::Observe(who, want) => {
-                let got = decide_part(&world.part_facts(&world.progress(), part));
+                let got = decide_part(&world.part_facts(&world.progress(), part, true));
+                assert_eq!(got, want, "{at}");
+                last.insert(who, got);
+            }
+            Race::Read(who) => _ = reads.insert(who, world.progress()),
+            Race::ObserveOld(who, want) => {
+                let old = reads.get(&who).expect("a Read before ObserveOld");
+                let got = decide_part(&world.part_facts(old, part, false));
                 assert_eq!(got, want, "{at}");
                 last.insert(who, got);
             }
@@ -556,30 +581,41 @@ pub(super) fn race_randomly(plan: &CommitPlan, schedule: &[u8]) {
     let mut world = World::new(plan);
     world.sync_attach = false;
     let mut decided: [Option<Act>; 2] = [None, None];
-    let step = |world: &mut World, decided: &mut Option<Act>| match decided.take() {
-        Some(act) => {
-            // A "not found" from the server needs no handling: the next decision observes.
-            apply(world, plan, act);
-        }
-        None => {
-            *decided = Some(next(world, plan)).filter(|a| !matches!(a, Act::Nothing | Act::Wait));
+    // Each commit's last ledger read, which it decides its parts from until it reads again.
+    let mut reads: [Option<CommitProgress>; 2] = [None, None];
+    let step = |world: &mut World, decided: &mut Option<Act>, read: &mut Option<CommitProgress>| {
+        match decided.take() {
+            Some(act) => {
+                // A commit knows what it wrote itself, whenever it last read the ledger.
+                if let (Act::Write(entry), Some(read)) = (&act, read.as_mut()) {
+                    read.record(entry.clone());
+                }
+                // A "not found" from the server needs no handling: the next decision observes.
+                apply(world, plan, act);
+            }
+            None => {
+                *decided = Some(next_with(world, plan, read.as_ref()))
+                    .filter(|a| !matches!(a, Act::Nothing | Act::Wait));
+            }
         }
     };
     for &choice in schedule {
         match choice {
-            0..=2 => step(&mut world, &mut decided[0]),
-            3..=5 => step(&mut world, &mut decided[1]),
+            0..=2 => step(&mut world, &mut decided[0], &mut reads[0]),
+            3..=5 => step(&mut world, &mut decided[1], &mut reads[1]),
             6 => _ = world.finish_oldest(),
-            _ => {
+            7 => {
                 world.merge(Merge::AttachTable);
                 world.merge(Merge::Target);
             }
+            8 => reads[0] = Some(world.progress()),
+            _ => reads[1] = Some(world.progress()),
         }
     }
     for i in 0.. {
         assert!(i < 1000, "no end: {world:#?}");
         while world.finish_oldest() {}
-        step(&mut world, &mut decided[i % 2]);
+        step(&mut world, &mut decided[i % 2], &mut reads[i % 2]);
         if decided.iter().all(Option::is_none) && next(&world, plan) == Act::Nothing {
             break;
         }
