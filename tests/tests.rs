@@ -6,5 +6,6 @@ mod build;
 mod cleanup;
 mod cli;
 mod commit;
+mod engines;
 mod launcher;
 mod smoke;

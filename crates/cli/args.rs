@@ -225,6 +225,10 @@ pub struct BeginArgs {
     /// How the load becomes visible at commit.
     #[arg(long, value_enum, default_value = "partition")]
     pub visibility: VisibilityArg,
+    /// Load a table that materialized views read from. They run on INSERT only, so they never
+    /// see the rows chpart attaches: without this flag such a table is refused.
+    #[arg(long)]
+    pub allow_materialized_views: bool,
     /// Print the load's spec as one JSON line on stdout.
     #[arg(long)]
     pub json: bool,
@@ -329,6 +333,7 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
         },
         visibility: args.visibility.into(),
         host: config.clickhouse.host_name.clone(),
+        allow_materialized_views: args.allow_materialized_views,
         clickhouse_local_version: local_version(&config),
     };
     let ledger = Ledger::new(server_of(&config), &config.ledger_database);

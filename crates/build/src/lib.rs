@@ -24,8 +24,8 @@ pub mod workdir;
 
 pub use ddl::{local_table_ddl, DdlError};
 pub use parts::{
-    build_query, digest_part, inspect_parts, local_args, BuiltPart, DigestError, FileSource,
-    PartCheckError, QueryError,
+    build_query, digest_part, inspect_parts, local_args, rewrite_query, ttl_due, BuiltPart,
+    DigestError, FileSource, PartCheckError, QueryError, Rewrite, NO_BACKGROUND_MERGES,
 };
 pub use runner::{LocalCommand, LocalIdentity, RunError};
 pub use sql::{quote_ident, quote_str};

@@ -7,12 +7,23 @@
 //! against what ATTACH PART will expect, and [`digest_part`] records every file's size and
 //! SHA-256 so the copy in `detached/` can be verified end to end.
 //!
-//! Merges are stopped before the inserts. Left running, clickhouse-local may merge the fresh
-//! parts in the background while the session is still open, so the same input would give a
-//! different set of parts from run to run, and a merge caught half-way leaves `tmp_merge_*`
-//! directories behind. With `merge`, the session instead ends with `OPTIMIZE TABLE ... FINAL`,
-//! which merges each partition down to one part (level > 0); [`inspect_parts`] then has to be
-//! told to accept levels above 0.
+//! Every part must hold exactly the attempt's rows, whatever the table engine, so that the
+//! rows can be accounted for from the input to the server (the build compares the parts' rows
+//! with the input's, the driver the table's with the parts'). So the inserts run with
+//! `optimize_on_insert = 0`: left on, a Replacing, Summing, Aggregating or Collapsing table
+//! folds rows while writing (and marks such parts level 1); the table's own engine does that
+//! folding after the load, as it would after an INSERT. Merges are stopped, and made impossible
+//! for the session's table (see [`NO_BACKGROUND_MERGES`]): a merge would fold rows just the same, the
+//! same input would give a different set of parts from run to run, and a merge caught half-way
+//! leaves `tmp_merge_*` directories behind.
+//!
+//! A second session on the same data directory may then rewrite the parts ([`rewrite_query`]):
+//! [`Rewrite::Merge`] (`build --merge`) merges each partition into one part with
+//! `OPTIMIZE TABLE ... FINAL`; [`Rewrite::ApplyTtl`] applies the table's TTL rules with
+//! `ALTER TABLE ... MATERIALIZE TTL`, so expired rows (and expired column values) are gone
+//! from the parts as the server's first TTL merge after an INSERT would remove them. Both also
+//! apply TTL; neither folds rows in the mutation case, a merge does for the folding engines
+//! (which is why the protocol allows `--merge` for plain MergeTree only).
 
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -43,18 +54,26 @@ pub enum QueryError {
     NoFiles,
 }
 
+/// Table settings that keep the session's table from merging in the background (regular
+/// merges select nothing larger than one byte; no TTL merge is ever assigned), set right after
+/// it is created. `SYSTEM STOP MERGES` alone is not enough: it lasts one session, and it also
+/// stops the mutation [`Rewrite::ApplyTtl`] needs, so a second session has to start merges
+/// again. These settings decide what a background merge may pick, not what a part contains:
+/// `OPTIMIZE ... FINAL` and mutations still run, and `ALTER ... MODIFY SETTING` leaves the
+/// parts' `metadata_version.txt` at 0 (seen on 26.9).
+pub const NO_BACKGROUND_MERGES: &str = "max_bytes_to_merge_at_max_space_in_pool = 1, \
+     max_bytes_to_merge_at_min_space_in_pool = 1, max_number_of_merges_with_ttl_in_pool = 0";
+
 /// The statements of one build session, ending with a query whose TabSeparated output is what
-/// [`inspect_parts`] reads. `ddl` is [`crate::ddl::local_table_ddl`]'s statement for
+/// [`inspect_parts`] reads (with `None`). `ddl` is [`crate::ddl::local_table_ddl`]'s statement for
 /// `database`.`table`; `insert_columns` are the columns the input provides (empty: all of the
-/// table's insertable columns, in table order); one INSERT per file of `files`. With `merge`,
-/// each partition is merged into one part with `OPTIMIZE TABLE ... FINAL` after the inserts.
+/// table's insertable columns, in table order); one INSERT per file of `files`.
 pub fn build_query(
     ddl: &str,
     database: &str,
     table: &str,
     insert_columns: &[String],
     files: Vec<FileSource>,
-    merge: bool,
 ) -> Result<String, QueryError> {
     let target = format!("{}.{}", quote_ident(database), quote_ident(table));
     let (column_list, select_list) = if insert_columns.is_empty() {
@@ -66,8 +85,11 @@ pub fn build_query(
     let mut statements = vec![
         format!("CREATE DATABASE {}", quote_ident(database)),
         ddl.trim().trim_end_matches(';').trim_end().to_string(),
+        format!("ALTER TABLE {target} MODIFY SETTING {NO_BACKGROUND_MERGES}"),
         format!("SYSTEM STOP MERGES {target}"),
     ];
+    // Each part keeps every input row: see the module docs.
+    let insert = format!("INSERT INTO {target}{column_list} SETTINGS optimize_on_insert = 0");
     if files.is_empty() {
         return Err(QueryError::NoFiles);
     }
@@ -76,23 +98,55 @@ pub fn build_query(
             return Err(QueryError::RelativePath { path });
         }
         statements.push(format!(
-            "INSERT INTO {target}{column_list} SELECT {select_list} FROM file({}, {}, {})",
+            "{insert} SELECT {select_list} FROM file({}, {}, {})",
             quote_os(path.as_os_str()),
             quote_str(&format),
             quote_str(&structure)
         ));
     }
-    if merge {
-        statements.push(format!("SYSTEM START MERGES {target}"));
-        statements.push(format!("OPTIMIZE TABLE {target} FINAL"));
-    }
-    statements.push(format!(
+    statements.push(list_parts(database, table));
+    Ok(statements.join(";\n"))
+}
+
+/// How a second session rewrites the parts [`build_query`] made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rewrite {
+    /// `OPTIMIZE TABLE ... FINAL`: one part per partition (level > 0), TTL applied, rows folded
+    /// as the engine folds them on merge.
+    Merge,
+    /// `ALTER TABLE ... MATERIALIZE TTL`: each part rewritten by a mutation (level 0, a mutation
+    /// version in its name) without its expired rows and values; no rows folded.
+    ApplyTtl,
+}
+
+/// The statements of the second session on the data directory of a [`build_query`] session:
+/// merges started (for this session; [`NO_BACKGROUND_MERGES`] still keeps background merges
+/// from picking anything), the rewrite run to its end, then the same parts listing.
+pub fn rewrite_query(database: &str, table: &str, rewrite: Rewrite) -> String {
+    let target = format!("{}.{}", quote_ident(database), quote_ident(table));
+    let run = match rewrite {
+        Rewrite::Merge => format!("OPTIMIZE TABLE {target} FINAL"),
+        Rewrite::ApplyTtl => {
+            format!("ALTER TABLE {target} MATERIALIZE TTL SETTINGS mutations_sync = 2")
+        }
+    };
+    [
+        format!("SYSTEM START MERGES {target}"),
+        run,
+        format!("SYSTEM STOP MERGES {target}"),
+        list_parts(database, table),
+    ]
+    .join(";\n")
+}
+
+/// The active parts, as [`inspect_parts`] reads them.
+fn list_parts(database: &str, table: &str) -> String {
+    format!(
         "SELECT name, partition_id, rows, hash_of_all_files, path, level, data_version FROM system.parts \
          WHERE database = {} AND table = {} AND active ORDER BY name FORMAT TabSeparated",
         quote_str(database),
         quote_str(table)
-    ));
-    Ok(statements.join(";\n"))
+    )
 }
 
 /// clickhouse-local's arguments for a build session: its data directory and the query.
@@ -119,7 +173,7 @@ pub struct BuiltPart {
     pub hash_of_all_files: String,
     /// The part directory.
     pub dir: PathBuf,
-    /// Merge level: 0 unless built with `merge`.
+    /// Merge level: 0 unless rewritten by [`Rewrite::Merge`].
     pub level: u32,
 }
 
@@ -192,15 +246,17 @@ const TMP_PREFIXES: &[&str] = &["tmp_", "tmp-fetch_", "delete_tmp_"];
 /// Files every part has and chpart relies on.
 const REQUIRED_FILES: &[&str] = &["checksums.txt", "metadata_version.txt", "count.txt"];
 
-/// Reads [`build_query`]'s output and checks each reported part on disk: the directory exists
-/// and is named like the part; the partition in the name is the one reported; the level is 0
-/// (or anything, with `allow_merged`) and there is no mutation; `data_version` is consistent with
-/// the name; `checksums.txt` and `metadata_version.txt` exist and `count.txt` equals `rows`; and
-/// the table directory (the parts' common parent) holds no `tmp_*` leftovers. Every error names
-/// the part and what is wrong.
+/// Reads [`build_query`]'s output (`rewrite` None) or [`rewrite_query`]'s and checks each
+/// reported part on disk: the directory exists and is named like the part; the partition in the
+/// name is the one reported; the level is 0 (anything after [`Rewrite::Merge`]); there is no
+/// mutation (after [`Rewrite::ApplyTtl`], there may be one, and then `data_version` is it,
+/// otherwise the part's first block); `checksums.txt` and `metadata_version.txt` exist and
+/// `count.txt` equals `rows`; and the table directory (the parts' common parent) holds no
+/// `tmp_*` leftovers. Every error names the part and what is wrong. A rewrite may leave parts
+/// of 0 rows (every row expired): they are reported like the others.
 pub fn inspect_parts(
     system_parts_tsv: &str,
-    allow_merged: bool,
+    rewrite: Option<Rewrite>,
 ) -> Result<Vec<BuiltPart>, PartCheckError> {
     let mut parts = Vec::new();
     let mut table_dir: Option<(String, PathBuf)> = None;
@@ -244,18 +300,26 @@ pub fn inspect_parts(
                 local_name.level()
             )));
         }
-        if let Some(mutation) = local_name.mutation() {
-            return Err(fail(format!("it was mutated (mutation version {mutation}); chpart ships freshly written parts only")));
-        }
-        if level > 0 && !allow_merged {
+        let expected_version = match (local_name.mutation(), rewrite) {
+            (None, _) => local_name.min_block(),
+            (Some(mutation), Some(Rewrite::ApplyTtl)) => mutation,
+            (Some(mutation), _) => {
+                return Err(fail(format!("it was mutated (mutation version {mutation}); chpart ships freshly written parts only")));
+            }
+        };
+        if level > 0 && rewrite != Some(Rewrite::Merge) {
             return Err(fail(format!(
                 "it is a merged part (level {level}); background merges should have been stopped, and only a build with merge enabled makes merged parts"
             )));
         }
-        if data_version != local_name.min_block() {
+        if data_version != expected_version {
             return Err(fail(format!(
-                "data_version {data_version} differs from the part's first block {}",
-                local_name.min_block()
+                "data_version {data_version} differs from the part's {} {expected_version}",
+                if local_name.mutation().is_some() {
+                    "mutation"
+                } else {
+                    "first block"
+                }
             )));
         }
         if hash.len() != 32 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -335,6 +399,54 @@ pub fn inspect_parts(
         }
     }
     Ok(parts)
+}
+
+/// Whether a part built by [`build_query`] holds rows or column values its table's TTL rules
+/// have expired by `now_unix` (seconds), so that [`Rewrite::ApplyTtl`] would change it. Read
+/// from the part's `ttl.txt`, where ClickHouse records, per rule, the smallest and largest TTL
+/// value of its rows: a rule with `min <= now` has something to remove (`DELETE`, `WHERE`,
+/// `GROUP BY`, column TTLs). Moves and recompression change no rows and are not counted. A
+/// part without `ttl.txt` belongs to a table without TTL.
+pub fn ttl_due(part: &BuiltPart, now_unix: u64) -> Result<bool, PartCheckError> {
+    let path = part.dir.join("ttl.txt");
+    let fail = |problem: String| PartCheckError::Part {
+        part: part.local_name.to_string(),
+        dir: part.dir.clone(),
+        problem,
+    };
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(fail(format!("cannot read ttl.txt: {e}"))),
+    };
+    ttl_text_due(&text, now_unix).map_err(|problem| fail(format!("ttl.txt: {problem}")))
+}
+
+/// [`ttl_due`] on the text of a `ttl.txt` (`ttl format version: 1` and a JSON line).
+fn ttl_text_due(text: &str, now_unix: u64) -> Result<bool, String> {
+    let json = text
+        .strip_prefix("ttl format version: 1")
+        .ok_or_else(|| format!("unknown format {:?}", text.lines().next().unwrap_or("")))?;
+    let value: serde_json::Value =
+        serde_json::from_str(json.trim()).map_err(|e| format!("not JSON: {e}"))?;
+    let mut infos = Vec::new();
+    for key in ["table", "columns", "group_by", "rows_where"] {
+        match value.get(key) {
+            None => {}
+            Some(serde_json::Value::Array(items)) => infos.extend(items),
+            Some(one) => infos.push(one),
+        }
+    }
+    let mut due = false;
+    for info in infos {
+        let min = info
+            .get("min")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| format!("a TTL entry without a numeric min: {info}"))?;
+        // ClickHouse's isTTLExpired: a value of 0 means "no TTL".
+        due |= min != 0 && min <= now_unix;
+    }
+    Ok(due)
 }
 
 /// A TabSeparated field's value: ClickHouse escapes `\`, tab, newline and a few control

@@ -72,6 +72,11 @@ pub struct Manifest {
     /// Rows this attempt read from its input. Not compared with the parts' rows here: what a
     /// difference means is the driver's decision.
     pub source_rows: u64,
+    /// Of those, rows the table's TTL rules had already removed when the parts were built
+    /// (expired by `TTL ... DELETE`, or folded by `TTL ... GROUP BY`), as the server's first TTL
+    /// merge after an INSERT would: `build` checks `source_rows` = rows in the parts + this.
+    /// Absent from the JSON when 0, so manifests of tables without TTL read as before.
+    pub ttl_removed_rows: u64,
     /// When the attempt completed, milliseconds since the Unix epoch.
     pub created_at_unix_ms: u64,
     /// The parts the attempt published, each in `detached/` under its name.
@@ -143,8 +148,14 @@ struct Document {
     table_fingerprint: TableFingerprint,
     clickhouse_local_version: String,
     source_rows: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    ttl_removed_rows: u64,
     created_at_unix_ms: u64,
     parts: Vec<PartEntry>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Which manifest an error is about, for the start of its message. Taken from the raw JSON
@@ -421,6 +432,7 @@ impl Manifest {
             table_fingerprint,
             clickhouse_local_version,
             source_rows,
+            ttl_removed_rows,
             created_at_unix_ms,
             parts,
         } = serde_json::from_str(text)
@@ -432,6 +444,7 @@ impl Manifest {
             table_fingerprint,
             clickhouse_local_version,
             source_rows,
+            ttl_removed_rows,
             created_at_unix_ms,
             parts,
         };
@@ -450,6 +463,7 @@ impl Manifest {
             table_fingerprint,
             clickhouse_local_version,
             source_rows,
+            ttl_removed_rows,
             created_at_unix_ms,
             parts,
         } = self.clone();
@@ -462,6 +476,7 @@ impl Manifest {
             table_fingerprint,
             clickhouse_local_version,
             source_rows,
+            ttl_removed_rows,
             created_at_unix_ms,
             parts,
         };
@@ -664,6 +679,7 @@ mod tests {
             table_fingerprint: format!("sha256:{}", "cd".repeat(32)).parse().unwrap(),
             clickhouse_local_version: "26.9.2.1".into(),
             source_rows: 300,
+            ttl_removed_rows: 0,
             created_at_unix_ms: 1_764_490_000_000,
             parts,
         }

@@ -10,7 +10,8 @@
 //! Only the types chpart can fill from Parquet/Arrow are accepted. Anything else (`JSON`,
 //! `Variant`, `Dynamic`, `Time`, `BFloat16`, aggregate function states, geo types) is an
 //! [`TypeParseError`] naming the whole type string, so an unsupported table fails before any
-//! rows are read instead of deep inside clickhouse-local.
+//! rows are read instead of deep inside clickhouse-local. `SimpleAggregateFunction(f, T)` holds
+//! plain `T` values and parses as `T`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -376,6 +377,20 @@ impl<'a> Parser<'a> {
                 ChType::Map(Box::new(key), Box::new(value))
             }
             "Tuple" => self.tuple()?,
+            // Stored and read as its argument type: the column keeps the value as it is, the
+            // engine (AggregatingMergeTree) applies the function when it merges rows. Unlike
+            // `AggregateFunction(...)` states, an input column of that type can carry it.
+            "SimpleAggregateFunction" => {
+                self.expect('(')?;
+                self.skip_ws();
+                if self.identifier().is_none() {
+                    return Err(self.error("expected an aggregate function name"));
+                }
+                self.expect(',')?;
+                let inner = self.parse_type()?;
+                self.expect(')')?;
+                inner
+            }
             _ => {
                 self.pos = start;
                 return Err(self.error(format!("unknown or unsupported type {name:?}")));
@@ -801,6 +816,11 @@ mod tests {
                 "Map(LowCardinality(String), UInt64)",
             ),
             ("Tuple(`a` Int8)", "Tuple(a Int8)"),
+            ("SimpleAggregateFunction(max, UInt64)", "UInt64"),
+            (
+                "SimpleAggregateFunction(groupArrayArray, Array(String))",
+                "Array(String)",
+            ),
         ];
         for (input, canonical) in rows {
             assert_eq!(parse(input).to_string(), canonical, "{input}");
@@ -816,6 +836,14 @@ mod tests {
             ("Array(Object('json'))", "unsupported type \"Object\""),
             ("BFloat16", "unsupported type \"BFloat16\""),
             ("Time", "unsupported type \"Time\""),
+            (
+                "AggregateFunction(sum, UInt64)",
+                "unsupported type \"AggregateFunction\"",
+            ),
+            (
+                "SimpleAggregateFunction(, UInt64)",
+                "expected an aggregate function name",
+            ),
             ("int", "unsupported type \"int\""),
             ("", "expected a type name"),
             ("Array(Int8", "expected ')'"),

@@ -30,6 +30,8 @@ pub struct BeginRequest {
     pub visibility: Visibility,
     /// Host name recorded in manifests.
     pub host: String,
+    /// Accept a target that materialized views read from (they will not see the load's rows).
+    pub allow_materialized_views: bool,
     /// This host's clickhouse-local version, if it could be run, to record in the spec.
     pub clickhouse_local_version: Option<String>,
 }
@@ -154,6 +156,26 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
             ),
         });
     }
+    let unsupported = target_snapshot.unsupported_columns();
+    if !unsupported.is_empty() {
+        return Err(BeginError::Unsupported {
+            table: req.target.clone(),
+            message: format!(
+                "chpart cannot fill these columns from Parquet or Arrow input: {}",
+                unsupported.join("; ")
+            ),
+        });
+    }
+    let views = server.materialized_views(db, table).await?;
+    if !views.is_empty() && !req.allow_materialized_views {
+        return Err(BeginError::Unsupported {
+            table: req.target.clone(),
+            message: format!(
+                "materialized views read from it ({}); they run on INSERT only and never see rows that arrive by ATTACH PART, MOVE PARTITION or REPLACE PARTITION, so they would miss this load. Load their targets yourself, or pass --allow-materialized-views to load anyway",
+                views.join(", ")
+            ),
+        });
+    }
     if target_snapshot.data_paths.is_empty() {
         return Err(BeginError::Unsupported {
             table: req.target.clone(),
@@ -173,6 +195,7 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
                 ))
                 .await?;
             let (sdb, stable) = (shadow.database.as_str(), shadow.table.as_str());
+            stop_merges(server, &shadow).await?;
             let info =
                 server
                     .table_info(sdb, stable)
@@ -229,6 +252,25 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         winner => Ok(existing_outcome(&view.state, winner.as_ref(), req)?
             .unwrap_or(BeginOutcome::Opened(spec))),
     }
+}
+
+/// Stops background merges of the load's shadow table until its partitions are published:
+/// a merge there would fold rows of the folding engines (Replacing, Summing, Collapsing, ...)
+/// or drop expired ones, and commit reconciles each partition's rows in the shadow with the
+/// rows its parts were built with. The target merges them after MOVE/REPLACE, as it would
+/// after an INSERT. `SYSTEM STOP MERGES` lasts until the server restarts, so `commit` repeats
+/// it each time it starts; a restart between its ATTACH and its MOVE leaves a window (see the
+/// README's guarantees).
+pub async fn stop_merges(
+    server: &chpart_server::Server,
+    shadow: &TableRef,
+) -> Result<(), ServerError> {
+    server
+        .execute(&format!(
+            "SYSTEM STOP MERGES {}",
+            quote_table(shadow.database.as_str(), shadow.table.as_str())
+        ))
+        .await
 }
 
 /// The outcome for a load that already has entries, or `None` when it has none.

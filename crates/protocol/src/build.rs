@@ -25,8 +25,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use chpart_build::{
-    build_query, digest_part, inspect_parts, local_args, local_table_ddl, BuiltPart, FileSource,
-    LocalCommand, LocalIdentity, RunError, WorkDir,
+    build_query, digest_part, inspect_parts, local_args, local_table_ddl, rewrite_query, ttl_due,
+    BuiltPart, FileSource, LocalCommand, LocalIdentity, Rewrite, RunError, WorkDir,
 };
 use chpart_core::manifest::{FileEntry, Manifest, PartEntry, Target};
 use chpart_core::{
@@ -148,14 +148,16 @@ pub enum BuildError {
     #[error("building parts: {0}")]
     Build(String),
     /// The built rows do not add up.
-    #[error("clickhouse-local built {part_rows} rows from {source_rows} input rows into a {engine} table: rows were lost or duplicated")]
+    #[error("clickhouse-local built {part_rows} rows from {source_rows} input rows into a {engine} table{}: rows were lost or duplicated", stage.map(|s| format!(" ({s})")).unwrap_or_default())]
     RowMismatch {
-        /// Rows read.
+        /// Rows read (for a rewrite: rows before it).
         source_rows: u64,
         /// Rows in the parts.
         part_rows: u64,
         /// The table engine.
         engine: String,
+        /// The rewrite after which they do not add up, if any.
+        stage: Option<&'static str>,
     },
     /// The server's filesystem failed.
     #[error("{op}: {source}")]
@@ -283,6 +285,9 @@ fn target_columns(spec: &LoadSpec) -> Result<Vec<TargetColumn>, BuildError> {
 struct Built {
     parts: Vec<BuiltPart>,
     source_rows: u64,
+    /// Input rows the table's TTL rules removed (expired, or folded by `TTL ... GROUP BY`):
+    /// `source_rows` = rows of `parts` + this.
+    ttl_removed_rows: u64,
     identity: LocalIdentity,
 }
 
@@ -369,13 +374,88 @@ fn run_clickhouse_local(
         LOCAL_TABLE,
         &plan.insert_columns,
         files,
-        merge,
     )
     .map_err(build_err)?;
     let output = local.run(&local_args(&data, &query))?;
-    let built = finish(output, rows, merge, identity)?;
-    check_local(&local, spec, &built.identity)?;
-    Ok(built)
+    let inserted = inspect(&output, None)?;
+    let identity = identity
+        .join()
+        .map_err(|_| BuildError::Build("the version query panicked".into()))??;
+    check_local(&local, spec, &identity)?;
+    let engine = &spec.publish_snapshot.shape.engine;
+    // Every engine: the inserts fold nothing (optimize_on_insert = 0), so the parts hold exactly
+    // the input's rows.
+    check_rows(rows, &inserted, engine)?;
+
+    // A rewrite, if any, runs in a second session on the same data directory (and in the same
+    // time zone). After it the rows may only have become fewer, and only by TTL: a merge of a
+    // plain MergeTree and the TTL mutation fold no rows (merges of the other engines do, and are
+    // refused in `build`).
+    let now = now_unix_ms() / 1000;
+    let ttl_expired = inserted
+        .iter()
+        .map(|p| ttl_due(p, now))
+        .collect::<Result<Vec<bool>, _>>()
+        .map_err(build_err)?
+        .contains(&true);
+    let rewrite = if merge {
+        Some(Rewrite::Merge)
+    } else if ttl_expired {
+        Some(Rewrite::ApplyTtl)
+    } else {
+        None
+    };
+    let parts = match rewrite {
+        None => inserted,
+        Some(rewrite) => {
+            let query = rewrite_query(LOCAL_DATABASE, LOCAL_TABLE, rewrite);
+            let output = local.run(&local_args(&data, &query))?;
+            let mut parts = inspect(&output, Some(rewrite))?;
+            let before = rows_of(&inserted);
+            if rows_of(&parts) > before {
+                return Err(BuildError::RowMismatch {
+                    source_rows: before,
+                    part_rows: rows_of(&parts),
+                    engine: engine.clone(),
+                    stage: Some(match rewrite {
+                        Rewrite::Merge => "after OPTIMIZE FINAL",
+                        Rewrite::ApplyTtl => "after MATERIALIZE TTL",
+                    }),
+                });
+            }
+            // A part whose rows all expired has nothing to attach.
+            parts.retain(|p| p.rows > 0);
+            parts
+        }
+    };
+    Ok(Built {
+        ttl_removed_rows: rows - rows_of(&parts),
+        parts,
+        source_rows: rows,
+        identity,
+    })
+}
+
+fn rows_of(parts: &[BuiltPart]) -> u64 {
+    parts.iter().map(|p| p.rows).sum()
+}
+
+fn inspect(output: &[u8], rewrite: Option<Rewrite>) -> Result<Vec<BuiltPart>, BuildError> {
+    inspect_parts(&String::from_utf8_lossy(output), rewrite).map_err(build_err)
+}
+
+/// The parts hold exactly `expected` rows.
+fn check_rows(expected: u64, parts: &[BuiltPart], engine: &str) -> Result<(), BuildError> {
+    let part_rows = rows_of(parts);
+    if part_rows != expected {
+        return Err(BuildError::RowMismatch {
+            source_rows: expected,
+            part_rows,
+            engine: engine.to_owned(),
+            stage: None,
+        });
+    }
+    Ok(())
 }
 
 /// Checks every Parquet file (footer, schema, nulls) and returns the `file()` sources, the
@@ -414,24 +494,6 @@ fn parquet_sources(
     Ok((files, plan, rows))
 }
 
-fn finish(
-    output: Vec<u8>,
-    source_rows: u64,
-    merge: bool,
-    identity: std::thread::JoinHandle<Result<LocalIdentity, RunError>>,
-) -> Result<Built, BuildError> {
-    let text = String::from_utf8_lossy(&output);
-    let parts = inspect_parts(&text, merge).map_err(build_err)?;
-    let identity = identity
-        .join()
-        .map_err(|_| BuildError::Build("the version query panicked".into()))??;
-    Ok(Built {
-        parts,
-        source_rows,
-        identity,
-    })
-}
-
 /// Runs one attempt. On success the manifest is in staging and returned; print it last.
 ///
 /// The attempt's staging directory is claimed first, exclusively: a build whose attempt id is
@@ -453,6 +515,19 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
             })
         }
     };
+    let engine = &spec.publish_snapshot.shape.engine;
+    if req.merge && engine != "MergeTree" {
+        // OPTIMIZE FINAL folds rows in these engines (replaced versions, sums, collapsed
+        // pairs), so the parts' rows could no longer be checked against the input's: a lost
+        // row and a folded one would look the same. The table folds them itself after the load.
+        return Err(BuildError::Unsupported {
+            load: req.load.clone(),
+            message: format!(
+                "--merge is refused for {} ({engine}): merging folds rows, so the built rows could no longer be checked against the input rows; build without --merge (the table's engine merges the parts after the load)",
+                spec.target
+            ),
+        });
+    }
     let mut publisher = Publisher::claim(env, &req.load, &req.attempt.id)?;
     let result = build_claimed(env, &spec, &data_path, req, &mut publisher, started);
     if result.is_err() {
@@ -481,23 +556,14 @@ fn build_claimed(
     let work = WorkDir::create(&env.work_parent, req.load.as_str(), req.attempt.id.as_str())
         .map_err(build_err)?;
     let built = run_clickhouse_local(env, spec, &work, req.input, req.merge)?;
-    let part_rows: u64 = built.parts.iter().map(|p| p.rows).sum();
     tracing::info!(
-        "built {} part(s), {} rows from {} input rows in {:.2}s",
+        "built {} part(s), {} rows from {} input rows ({} removed by the table's TTL) in {:.2}s",
         built.parts.len(),
-        part_rows,
+        rows_of(&built.parts),
         built.source_rows,
+        built.ttl_removed_rows,
         started.elapsed().as_secs_f64()
     );
-    // Engines that collapse rows on insert (Replacing, Summing, ...) may legitimately make fewer.
-    let engine = &spec.publish_snapshot.shape.engine;
-    if engine == "MergeTree" && part_rows != built.source_rows {
-        return Err(BuildError::RowMismatch {
-            source_rows: built.source_rows,
-            part_rows,
-            engine: engine.clone(),
-        });
-    }
     let mut timings = BuildTimings {
         build_secs: started.elapsed().as_secs_f64(),
         ..Default::default()
@@ -545,6 +611,7 @@ fn build_claimed(
         table_fingerprint: spec.publish_snapshot.fingerprint.clone(),
         clickhouse_local_version: built.identity.version.clone(),
         source_rows: built.source_rows,
+        ttl_removed_rows: built.ttl_removed_rows,
         created_at_unix_ms: now_unix_ms(),
         parts: entries,
     };

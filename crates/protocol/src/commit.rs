@@ -516,6 +516,10 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         decided = true;
     }
 
+    if spec.publish != spec.target {
+        // Again on every run: a server restart since `begin` lets the shadow merge.
+        crate::begin::stop_merges(env.ledger.server(), &spec.publish).await?;
+    }
     let mut attached_now = 0;
     // The shadow as reconcile observed it, for the first publish round.
     let mut observed_shadow = None;

@@ -53,6 +53,21 @@ impl TableSnapshot {
         }
     }
 
+    /// The columns whose type chpart cannot fill from input (e.g. `AggregateFunction(...)`
+    /// states), each as "`column` Type: why"; `build` would refuse them, `begin` does first.
+    pub fn unsupported_columns(&self) -> Vec<String> {
+        self.shape
+            .columns
+            .iter()
+            .filter_map(|c| {
+                let parsed = c.type_name.parse::<chpart_input::ChType>();
+                parsed
+                    .err()
+                    .map(|e| format!("column `{}` {}: {e}", c.name, c.type_name))
+            })
+            .collect()
+    }
+
     /// Whether the engine is one chpart can build parts for (the MergeTree family, not
     /// replicated: a replicated table's parts must be attached on every replica).
     pub fn engine_supported(&self) -> bool {

@@ -14,6 +14,7 @@ fn request(db: &TestDb, load: &str, mode: Mode, visibility: Visibility) -> Begin
         mode,
         visibility,
         host: "ch-test".into(),
+        allow_materialized_views: false,
         clickhouse_local_version: None,
     }
 }

@@ -123,6 +123,7 @@ fn late_writer_is_never_left_in_detached(moment: Moment) {
         mode: Mode::Append,
         visibility: Visibility::Part,
         host: "ch-test".into(),
+        allow_materialized_views: false,
         clickhouse_local_version: None,
     };
     let spec = match rt.block_on(begin(&ledger, &req)).unwrap() {

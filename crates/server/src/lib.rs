@@ -335,6 +335,20 @@ impl Server {
         Ok(rows.pop())
     }
 
+    /// The materialized views that read from the table (as `db.view`): those an INSERT into it
+    /// triggers. On 26.9 `system.tables.dependencies_database/_table` of the source table lists
+    /// them (a plain view is not listed: it reads the table when queried).
+    pub async fn materialized_views(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Vec<String>, ServerError> {
+        let sql = "SELECT concat(d.1, '.', d.2) FROM system.tables \
+                   ARRAY JOIN arrayZip(dependencies_database, dependencies_table) AS d \
+                   WHERE database = {db:String} AND name = {t:String} ORDER BY 1";
+        self.fetch(sql, &[("db", database), ("t", table)]).await
+    }
+
     /// The table's columns in order.
     pub async fn columns(
         &self,

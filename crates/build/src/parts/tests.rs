@@ -40,9 +40,9 @@ fn tsv_file(work: &WorkDir, n: u64) -> Vec<FileSource> {
 }
 
 /// Runs a build of `files` in `work`, returning the system.parts output.
-fn build(work: &WorkDir, files: Vec<FileSource>, merge: bool) -> String {
+fn build(work: &WorkDir, files: Vec<FileSource>) -> String {
     let ddl = local_table_ddl(TARGET, "chpart", "events").unwrap();
-    let query = build_query(&ddl, "chpart", "events", &insert_columns(), files, merge).unwrap();
+    let query = build_query(&ddl, "chpart", "events", &insert_columns(), files).unwrap();
     let out = command()
         .run(&local_args(&work.path().join("ch"), &query))
         .unwrap_or_else(|e| panic!("{e}\n{query}"));
@@ -56,8 +56,8 @@ fn builds_from_a_file_checks_and_digests() {
     let odd_parent = parent.path().join("we ird\tdir\\x");
     std::fs::create_dir(&odd_parent).unwrap();
     let work = WorkDir::create(&odd_parent, "load-1", "attempt-1").unwrap();
-    let out = build(&work, tsv_file(&work, 30_000), false);
-    let parts = inspect_parts(&out, false).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    let out = build(&work, tsv_file(&work, 30_000));
+    let parts = inspect_parts(&out, None).unwrap_or_else(|e| panic!("{e}\n{out}"));
 
     // One part per partition: 30k rows are one insert block.
     let summary: Vec<(String, String, u64, u32)> = parts
@@ -144,8 +144,8 @@ fn builds_from_parquet_files_with_absolute_paths() {
         .iter()
         .map(|f| (f.clone(), "Parquet".to_string(), STRUCTURE.to_string()))
         .collect();
-    let out = build(&work, source, false);
-    let parts = inspect_parts(&out, false).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    let out = build(&work, source);
+    let parts = inspect_parts(&out, None).unwrap_or_else(|e| panic!("{e}\n{out}"));
     // Each INSERT makes its own parts: file 1 gives Jan (12 days) + Feb (8), file 2 Feb (4) + Mar (16).
     let summary: Vec<(String, u64)> = parts
         .iter()
@@ -163,7 +163,7 @@ fn builds_from_parquet_files_with_absolute_paths() {
 }
 
 #[test]
-fn merged_builds_need_allow_merged() {
+fn merged_builds_are_accepted_only_after_a_merge() {
     let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-merge").unwrap();
     let ddl = local_table_ddl(TARGET, "chpart", "events").unwrap();
     // Two inserts into the same partitions, then OPTIMIZE FINAL: one part per partition.
@@ -185,15 +185,20 @@ fn merged_builds_need_allow_merged() {
         .iter()
         .map(|f| (f.clone(), "TabSeparated".to_string(), STRUCTURE.to_string()))
         .collect();
-    let query = build_query(&ddl, "chpart", "events", &insert_columns(), source, true).unwrap();
-    let out = command()
-        .run(&local_args(&work.path().join("ch"), &query))
-        .unwrap();
+    let query = build_query(&ddl, "chpart", "events", &insert_columns(), source).unwrap();
+    let data = work.path().join("ch");
+    let out = command().run(&local_args(&data, &query)).unwrap();
+    let inserted = inspect_parts(&String::from_utf8(out).unwrap(), None).unwrap();
+    assert_eq!(inserted.len(), 6, "two inserts, three partitions each");
+    let query = rewrite_query("chpart", "events", Rewrite::Merge);
+    let out = command().run(&local_args(&data, &query)).unwrap();
     let out = String::from_utf8(out).unwrap();
 
-    let err = inspect_parts(&out, false).unwrap_err().to_string();
-    assert!(err.contains("is a merged part (level 1)"), "{err}");
-    let parts = inspect_parts(&out, true).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    for rewrite in [None, Some(Rewrite::ApplyTtl)] {
+        let err = inspect_parts(&out, rewrite).unwrap_err().to_string();
+        assert!(err.contains("is a merged part (level 1)"), "{err}");
+    }
+    let parts = inspect_parts(&out, Some(Rewrite::Merge)).unwrap_or_else(|e| panic!("{e}\n{out}"));
     let summary: Vec<(String, u64)> = parts
         .iter()
         .map(|p| (p.local_name.to_string(), p.rows))
@@ -228,8 +233,8 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn tampered_parts_fail_with_the_part_and_the_problem() {
     let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-tamper").unwrap();
-    let pristine_out = build(&work, tsv_file(&work, 300), false);
-    let pristine = inspect_parts(&pristine_out, false).unwrap();
+    let pristine_out = build(&work, tsv_file(&work, 300));
+    let pristine = inspect_parts(&pristine_out, None).unwrap();
     let table_dir = pristine[0].dir.parent().unwrap().to_path_buf();
     let part = "202602_2_2_0";
 
@@ -350,9 +355,9 @@ fn tampered_parts_fail_with_the_part_and_the_problem() {
             "{what}: paths not rewritten"
         );
         // The untouched copy passes, so any failure below is the tamper's doing.
-        inspect_parts(&tsv, false).unwrap_or_else(|e| panic!("{what}: untouched copy fails: {e}"));
+        inspect_parts(&tsv, None).unwrap_or_else(|e| panic!("{what}: untouched copy fails: {e}"));
         let tsv = tamper(&copy, &tsv);
-        let err = inspect_parts(&tsv, false).expect_err(what).to_string();
+        let err = inspect_parts(&tsv, None).expect_err(what).to_string();
         for needle in *needles {
             assert!(err.contains(needle), "{what}: {needle:?} not in {err}");
         }
@@ -399,37 +404,47 @@ fn build_query_statements() {
         ),
     ];
     let columns = vec!["id".to_string(), "we ird".to_string()];
+    let head = format!(
+        "CREATE DATABASE `chpart`;\nDDL;\nALTER TABLE `chpart`.`t` MODIFY SETTING {NO_BACKGROUND_MERGES};\n\
+         SYSTEM STOP MERGES `chpart`.`t`;\n"
+    );
+    let list = "SELECT name, partition_id, rows, hash_of_all_files, path, level, data_version FROM system.parts WHERE database = 'chpart' AND table = 't' AND active ORDER BY name FORMAT TabSeparated";
     let one = vec![files[0].clone()];
-    type Case<'a> = (&'a str, Vec<FileSource>, &'a [String], bool, String);
+    type Case<'a> = (&'a str, Vec<FileSource>, &'a [String], String);
     let cases: Vec<Case> = vec![
         (
-            "files, merged",
+            "files",
             files,
             &columns,
-            true,
-            "CREATE DATABASE `chpart`;\nDDL;\nSYSTEM STOP MERGES `chpart`.`t`;\n\
-             INSERT INTO `chpart`.`t` (`id`, `we ird`) SELECT `id`, `we ird` FROM file('/data/a b.parquet', 'Parquet', 'id UInt64, `we ird` String');\n\
-             INSERT INTO `chpart`.`t` (`id`, `we ird`) SELECT `id`, `we ird` FROM file('/data/it\\'s.arrow', 'Arrow', 'id UInt64, `we ird` String');\n\
-             SYSTEM START MERGES `chpart`.`t`;\nOPTIMIZE TABLE `chpart`.`t` FINAL;\n\
-             SELECT name, partition_id, rows, hash_of_all_files, path, level, data_version FROM system.parts WHERE database = 'chpart' AND table = 't' AND active ORDER BY name FORMAT TabSeparated"
-                .to_string(),
+            format!("{head}\
+             INSERT INTO `chpart`.`t` (`id`, `we ird`) SETTINGS optimize_on_insert = 0 SELECT `id`, `we ird` FROM file('/data/a b.parquet', 'Parquet', 'id UInt64, `we ird` String');\n\
+             INSERT INTO `chpart`.`t` (`id`, `we ird`) SETTINGS optimize_on_insert = 0 SELECT `id`, `we ird` FROM file('/data/it\\'s.arrow', 'Arrow', 'id UInt64, `we ird` String');\n{list}"),
         ),
         (
             "all columns",
             one,
             &[],
-            false,
-            "CREATE DATABASE `chpart`;\nDDL;\nSYSTEM STOP MERGES `chpart`.`t`;\n\
-             INSERT INTO `chpart`.`t` SELECT * FROM file('/data/a b.parquet', 'Parquet', 'id UInt64, `we ird` String');\n\
-             SELECT name, partition_id, rows, hash_of_all_files, path, level, data_version FROM system.parts WHERE database = 'chpart' AND table = 't' AND active ORDER BY name FORMAT TabSeparated"
-                .to_string(),
+            format!("{head}\
+             INSERT INTO `chpart`.`t` SETTINGS optimize_on_insert = 0 SELECT * FROM file('/data/a b.parquet', 'Parquet', 'id UInt64, `we ird` String');\n{list}"),
         ),
     ];
-    for (what, source, columns, merge, want) in cases {
+    for (what, source, columns, want) in cases {
         assert_eq!(
-            build_query(" DDL ; ", "chpart", "t", columns, source, merge).unwrap(),
+            build_query(" DDL ; ", "chpart", "t", columns, source).unwrap(),
             want,
             "{what}"
+        );
+    }
+    for (rewrite, run) in [
+        (Rewrite::Merge, "OPTIMIZE TABLE `chpart`.`t` FINAL"),
+        (
+            Rewrite::ApplyTtl,
+            "ALTER TABLE `chpart`.`t` MATERIALIZE TTL SETTINGS mutations_sync = 2",
+        ),
+    ] {
+        assert_eq!(
+            rewrite_query("chpart", "t", rewrite),
+            format!("SYSTEM START MERGES `chpart`.`t`;\n{run};\nSYSTEM STOP MERGES `chpart`.`t`;\n{list}")
         );
     }
     let relative = vec![(
@@ -437,7 +452,7 @@ fn build_query_statements() {
         "Parquet".into(),
         "id UInt64".into(),
     )];
-    let err = build_query("DDL", "chpart", "t", &columns, relative, false).unwrap_err();
+    let err = build_query("DDL", "chpart", "t", &columns, relative).unwrap_err();
     assert_eq!(
         err,
         QueryError::RelativePath {
@@ -445,7 +460,7 @@ fn build_query_statements() {
         }
     );
     assert_eq!(
-        build_query("DDL", "chpart", "t", &columns, vec![], false).unwrap_err(),
+        build_query("DDL", "chpart", "t", &columns, vec![]).unwrap_err(),
         QueryError::NoFiles
     );
 }
@@ -472,5 +487,179 @@ fn tsv_unescaping() {
     for (field, want) in cases {
         assert_eq!(unescape_tsv(field), want, "{field}");
     }
-    assert_eq!(inspect_parts("", false).unwrap(), vec![]);
+    assert_eq!(inspect_parts("", None).unwrap(), vec![]);
+}
+
+/// Runs `query` in the clickhouse-local data directory `data`, returning its output.
+fn run_in(data: &Path, query: &str) -> String {
+    let out = command()
+        .run(&local_args(data, query))
+        .unwrap_or_else(|e| panic!("{e}\n{query}"));
+    String::from_utf8(out).unwrap()
+}
+
+/// 600 rows over 100 keys (each key six times, so every folding engine has something to fold)
+/// in two months, from a `file()` the session writes itself.
+fn folding_rows(dir: &Path) -> Vec<FileSource> {
+    let file = dir.join("rows.tsv");
+    let select = "SELECT toDateTime('2026-01-01 00:00:00', 'UTC') + toIntervalDay(number % 2 * 40) AS ts, \
+                  number % 100 AS id, toUInt64(number) AS v, if(number % 4 < 2, 1, -1) AS sign FROM numbers(600)";
+    run_in(
+        &dir.join("gen"),
+        &format!(
+            "{select} INTO OUTFILE {} FORMAT TabSeparated",
+            crate::sql::quote_os(file.as_os_str())
+        ),
+    );
+    vec![(
+        file,
+        "TabSeparated".into(),
+        "ts DateTime('UTC'), id UInt64, v UInt64, sign Int8".into(),
+    )]
+}
+
+#[test]
+fn every_engine_keeps_every_input_row() {
+    // (engine, types of v and sign, sorting key): each would fold some of the 600 rows on
+    // insert with optimize_on_insert left on (and mark its parts level 1).
+    let engines = [
+        ("MergeTree", "UInt64", "Int8", "id"),
+        ("ReplacingMergeTree(v)", "UInt64", "Int8", "id"),
+        ("SummingMergeTree", "UInt64", "Int8", "id"),
+        (
+            "AggregatingMergeTree",
+            "SimpleAggregateFunction(max, UInt64)",
+            "SimpleAggregateFunction(min, Int8)",
+            "(id, ts)",
+        ),
+        ("CollapsingMergeTree(sign)", "UInt64", "Int8", "id"),
+        (
+            "VersionedCollapsingMergeTree(sign, v)",
+            "UInt64",
+            "Int8",
+            "id",
+        ),
+    ];
+    for (engine, v_type, sign_type, order) in engines {
+        let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-engines").unwrap();
+        let create = format!(
+            "CREATE TABLE prod.t (`ts` DateTime('UTC'), `id` UInt64, `v` {v_type}, `sign` {sign_type}) \
+             ENGINE = {engine} PARTITION BY toYYYYMM(ts) ORDER BY {order} SETTINGS index_granularity = 8192"
+        );
+        let ddl = local_table_ddl(&create, "chpart", "t").unwrap();
+        let columns = ["ts", "id", "v", "sign"].map(String::from);
+        let query = build_query(&ddl, "chpart", "t", &columns, folding_rows(work.path())).unwrap();
+        let out = run_in(&work.path().join("ch"), &query);
+        let parts = inspect_parts(&out, None).unwrap_or_else(|e| panic!("{engine}: {e}\n{out}"));
+        let rows: Vec<(String, u64)> = parts
+            .iter()
+            .map(|p| (p.local_name.to_string(), p.rows))
+            .collect();
+        assert_eq!(
+            rows,
+            [("202601_1_1_0".into(), 300), ("202602_2_2_0".into(), 300)],
+            "{engine}"
+        );
+    }
+}
+
+#[test]
+fn expired_rows_are_removed_by_materialize_ttl_without_folding() {
+    let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-ttl").unwrap();
+    // Keys repeat (a merge would fold them); every other row is older than the TTL; a column
+    // TTL resets `note` in rows older than 10 days.
+    let create = "CREATE TABLE prod.t (`ts` DateTime('UTC'), `id` UInt64, `note` String TTL ts + toIntervalDay(10)) \
+                  ENGINE = ReplacingMergeTree PARTITION BY id % 2 ORDER BY id % 10 \
+                  TTL ts + toIntervalDay(30) SETTINGS index_granularity = 8192";
+    let ddl = local_table_ddl(create, "chpart", "t").unwrap();
+    let file = work.path().join("rows.tsv");
+    let select = "SELECT now() - toIntervalDay(intDiv(number % 4, 2) * 20 + number % 4 % 2 * 40) AS ts, number AS id, 'n' AS note FROM numbers(400)";
+    run_in(
+        &work.path().join("gen"),
+        &format!(
+            "{select} INTO OUTFILE {} FORMAT TabSeparated",
+            crate::sql::quote_os(file.as_os_str())
+        ),
+    );
+    // number % 4: 0 -> now (live), 1 -> 40 days (expired), 2 -> 20 days (live, note reset),
+    // 3 -> 60 days (expired); partitions by id % 2 = number % 2: partition 1 expires entirely.
+    let source = vec![(
+        file,
+        "TabSeparated".into(),
+        "ts DateTime('UTC'), id UInt64, note String".into(),
+    )];
+    let columns = ["ts", "id", "note"].map(String::from);
+    let data = work.path().join("ch");
+    let out = run_in(
+        &data,
+        &build_query(&ddl, "chpart", "t", &columns, source).unwrap(),
+    );
+    let inserted = inspect_parts(&out, None).unwrap();
+    assert_eq!(inserted.iter().map(|p| p.rows).sum::<u64>(), 400);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(inserted.iter().all(|p| ttl_due(p, now).unwrap()));
+    assert!(!inserted
+        .iter()
+        .any(|p| ttl_due(p, now - 100 * 86400).unwrap()));
+
+    let out = run_in(&data, &rewrite_query("chpart", "t", Rewrite::ApplyTtl));
+    let err = inspect_parts(&out, None).unwrap_err().to_string();
+    assert!(err.contains("it was mutated"), "{err}");
+    let parts = inspect_parts(&out, Some(Rewrite::ApplyTtl)).unwrap_or_else(|e| panic!("{e}"));
+    let rows: Vec<(String, u64, u32)> = parts
+        .iter()
+        .map(|p| (p.partition_id.to_string(), p.rows, p.level))
+        .collect();
+    assert_eq!(
+        rows,
+        [("0".into(), 200, 0), ("1".into(), 0, 0)],
+        "the live half stays, unfolded"
+    );
+    let notes = run_in(
+        &data,
+        "SELECT note, count() FROM chpart.t GROUP BY note ORDER BY note FORMAT TabSeparated",
+    );
+    assert_eq!(notes, "\t100\nn\t100\n", "the column TTL applied too");
+}
+
+#[test]
+fn ttl_txt_says_when_a_rewrite_is_due() {
+    let cases = [
+        // (ttl.txt JSON, due at 1000)
+        (r#"{"table":{"min":1000,"max":2000,"finished":0}}"#, true),
+        (r#"{"table":{"min":1001,"max":2000,"finished":0}}"#, false),
+        (
+            r#"{"columns":[{"name":"c","min":5000,"max":6000},{"name":"d","min":10,"max":20}]}"#,
+            true,
+        ),
+        (
+            r#"{"group_by":[{"expression":"x","min":999,"max":999}]}"#,
+            true,
+        ),
+        (
+            r#"{"rows_where":[{"expression":"x","min":999,"max":999}]}"#,
+            true,
+        ),
+        (
+            r#"{"moves":[{"expression":"x","min":1,"max":1}],"recompression":[{"expression":"y","min":1,"max":1}]}"#,
+            false,
+        ),
+        (r#"{"table":{"min":0,"max":0,"finished":0}}"#, false),
+        ("{}", false),
+    ];
+    for (json, due) in cases {
+        let text = format!("ttl format version: 1\n{json}");
+        assert_eq!(ttl_text_due(&text, 1000), Ok(due), "{json}");
+    }
+    assert!(ttl_text_due("ttl format version: 2\n{}", 1000).is_err());
+    assert!(ttl_text_due(
+        r#"ttl format version: 1
+{"table":{"max":1}}"#,
+        1000
+    )
+    .unwrap_err()
+    .contains("without a numeric min"));
 }

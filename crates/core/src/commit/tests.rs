@@ -91,6 +91,7 @@ fn manifest(load: &str, partition: u32, attempt: &str, parts: &[(&str, u32, u64)
         table_fingerprint: e.fingerprint,
         clickhouse_local_version: "26.9.2.1".into(),
         source_rows: 0,
+        ttl_removed_rows: 0,
         created_at_unix_ms: 1_764_490_000_000,
         parts,
     }
