@@ -7,4 +7,5 @@ mod cleanup;
 mod cli;
 mod commit;
 mod launcher;
+mod recover;
 mod smoke;

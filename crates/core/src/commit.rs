@@ -52,8 +52,11 @@
 //!   decided only from a ledger read made *after* the observation: a read made before it may
 //!   predate a concurrent commit's intent and ATTACH, so the commit reads the ledger again
 //!   before it may call the part lost. An `attaching_` leftover means an ATTACH is in flight
-//!   (or a server died in one): the commit waits and observes again, never touching it. After
-//!   a timeout the commit never re-sends ATTACH blindly: it observes and decides again.
+//!   (the commit waits and observes again) or a server died in one: ATTACH turns the claimed
+//!   directory itself into the active part with one more rename(2), so a leftover is never
+//!   also active, and once no live ATTACH can hold it ([`claim_crashed`]) the commit renames it
+//!   back to `detached/<part>` and attaches it ([`PartStep::Reclaim`]). After a timeout the
+//!   commit never re-sends ATTACH blindly: it observes and decides again.
 //! - **Publish** ([`decide_partition`]): MOVE PARTITION is atomic for readers and a second
 //!   MOVE of a moved partition moves nothing (the shadow keeps only an empty covering part),
 //!   so with all of a partition's parts attached, the shadow holds either all planned rows
@@ -1265,6 +1268,15 @@ pub struct PartFacts {
     pub in_detached: bool,
     /// `detached/attaching_<part>` exists: an ATTACH holds it, or a crashed server left it.
     pub attaching_leftover: bool,
+    /// The leftover's directory was last modified no later than the running server started
+    /// (both in whole seconds). Every crashed claim passes; a claim this server made passes
+    /// only within its first seconds or in the instant between the claiming rename (which
+    /// keeps the directory's old mtime) and ATTACH's first write into it, so this alone never
+    /// proves a crash: see [`claim_crashed`].
+    pub claim_predates_server_start: bool,
+    /// The server's process list, read after the table was observed, holds an ATTACH query on
+    /// the table (any part: `ATTACH PARTITION` claims many).
+    pub attach_running: bool,
     /// The ledger was read *after* the table was observed. A commit records `attach:<part>`
     /// before it sends ATTACH, so a part that left `detached/` before the observation has its
     /// intent in any ledger read made after it; a read made before may simply be too old.
@@ -1283,6 +1295,10 @@ pub enum PartStep {
     Attach,
     /// An ATTACH holds the part (`attaching_` leftover): touch nothing, observe again later.
     Wait,
+    /// A crashed ATTACH of this load left `detached/attaching_<part>` and nothing holds it any
+    /// more: rename it back to `detached/<part>` (never over an existing one), then observe
+    /// again (the next round attaches it).
+    Reclaim,
     /// Gone, and the ledger read is older than the observation: read the ledger again (a
     /// concurrent commit may have attached it meanwhile) and decide with that read.
     ReadLedger,
@@ -1302,7 +1318,15 @@ pub fn decide_part(facts: &PartFacts) -> PartStep {
     if facts.recorded_attached {
         PartStep::Skip
     } else if facts.attaching_leftover {
-        PartStep::Wait
+        // Only a claim of this load's own ATTACH (intent recorded, so the part was verified
+        // before it) is taken back, and never while a copy sits in detached/ (the rename
+        // back could not succeed, and that state is not chpart's).
+        let ours = facts.attach_intent && !facts.in_detached;
+        if ours && claim_crashed(facts.claim_predates_server_start, facts.attach_running) {
+            PartStep::Reclaim
+        } else {
+            PartStep::Wait
+        }
     } else if facts.in_detached {
         PartStep::Attach
     } else if facts.attach_intent {
@@ -1312,6 +1336,24 @@ pub fn decide_part(facts: &PartFacts) -> PartStep {
     } else {
         PartStep::Lost
     }
+}
+
+/// Whether an `attaching_<part>` directory is a crashed claim that no ATTACH holds any more,
+/// from two observations made after the leftover was seen: whether its directory was last
+/// modified before the running server started, and whether an ATTACH on its table is running.
+///
+/// ATTACH PART claims `detached/<n>` by renaming it to `detached/attaching_<n>`, writes into it
+/// while it loads the part, and then renames that same directory into the table: a query holds
+/// the claim from the first rename until the last (or until its failure renames it back), and
+/// it is in the server's process list the whole time. A claim made after the table was
+/// observed cannot be the leftover seen (it would have needed `detached/<n>`), so "no ATTACH
+/// running, read after the observation" proves that nothing holds it. The start-time check
+/// alone proves nothing (the claiming rename keeps the directory's old mtime until ATTACH's
+/// first write, and both clocks are whole seconds), but it keeps a leftover made by the
+/// running server out when the process list is wrong about it: only a restart makes claims
+/// nobody finishes.
+pub fn claim_crashed(predates_server_start: bool, attach_running: bool) -> bool {
+    predates_server_start && !attach_running
 }
 
 /// A planned part that was removed from `detached/` without being attached.

@@ -44,5 +44,6 @@ pub use manifest::{
 };
 pub use names::{detached_part_name, parse_detached_entry, DetachedEntry, PartName, PartNameError};
 pub use staging::{
-    detached_dir, detached_part_path, AttemptStaging, PathError, RemotePath, StagingLayout,
+    attaching_part_path, detached_dir, detached_part_path, AttemptStaging, PathError, RemotePath,
+    StagingLayout,
 };

@@ -29,7 +29,9 @@ use chpart_server::{quote_str, quote_table, ServerError};
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::{kind, Decision, LoadSpec, LoadState, LoadView, Mode, Visibility};
-use crate::observe::{crash_point, table_parts, verify_part, TableParts, Verify, VerifyError};
+use crate::observe::{
+    crash_point, reclaim, table_parts, verify_part, ClaimCheck, TableParts, Verify, VerifyError,
+};
 use crate::snapshot::TableSnapshot;
 use crate::store::{Ledger, LedgerStoreError};
 use crate::FailureKind;
@@ -205,12 +207,24 @@ pub enum CommitError {
     #[error(transparent)]
     PartitionBroken(Box<PartitionBroken>),
     /// Another process holds a part for too long.
-    #[error("load {load}: part {part} stays claimed (detached/attaching_{part}) by another commit or a crashed ATTACH; re-run commit later")]
+    #[error("load {load}: part {part} stays claimed (detached/attaching_{part}) by an ATTACH that is still running, or that no server restart ended, or that chpart did not send (no attach intent); re-run commit later")]
     Stuck {
         /// The load.
         load: LoadId,
         /// The part.
         part: String,
+    },
+    /// Taking back a crashed ATTACH's claim failed.
+    #[error("load {load}: part {part}: renaming {path} back to its name (a claim left by an ATTACH that died with its server): {source}")]
+    Reclaim {
+        /// The load.
+        load: LoadId,
+        /// The part.
+        part: String,
+        /// The leftover's path.
+        path: String,
+        /// The error.
+        source: Box<chpart_remote::RemoteError>,
     },
     /// The load's spec cannot be committed by this chpart.
     #[error("load {load}: {message}")]
@@ -250,6 +264,7 @@ impl CommitError {
             CommitError::Stuck { .. } | CommitError::PendingMutations { .. } => {
                 FailureKind::Retryable
             }
+            CommitError::Reclaim { source, .. } if source.is_transient() => FailureKind::Retryable,
             _ => FailureKind::Permanent,
         }
     }
@@ -497,7 +512,7 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         match commit_phase(Some(&plan), &progress) {
             CommitPhase::NeedsPlan => unreachable!("the plan is recorded above"),
             CommitPhase::AttachParts { .. } => {
-                attached_now += attach_parts(env, &spec, &plan, &mut progress).await?;
+                attached_now += attach_parts(env, &spec, &plan, &mut progress, &data_path).await?;
                 // Continue from the ledger as reconcile read it: a concurrent commit may have
                 // moved on meanwhile.
                 let (read, observed) = reconcile_attached(env, &spec, &plan).await?;
@@ -610,12 +625,14 @@ async fn verify_waiting_parts(
 /// one ledger INSERT, sends that batch's ATTACHes a few at a time, and records their outcomes in
 /// one INSERT: a part still costs one ATTACH, but the ledger costs two writes per batch, not per
 /// part. A crash anywhere in between leaves intents whose parts are either still in detached/
-/// (attached on resume) or gone without a leftover (recorded as attached on resume).
+/// (attached on resume) or gone without a leftover (recorded as attached on resume); a server
+/// killed inside an ATTACH leaves `attaching_<part>`, taken back once nothing holds it.
 async fn attach_parts(
     env: &CommitEnv<'_>,
     spec: &LoadSpec,
     plan: &CommitPlan,
     progress: &mut CommitProgress,
+    data_path: &RemotePath,
 ) -> Result<usize, CommitError> {
     let server = env.ledger.server();
     let mut attached = 0;
@@ -634,6 +651,15 @@ async fn attach_parts(
                 "ATTACH PART {part}: {error}; deciding again from what the server shows"
             );
         }
+        // A leftover is judged by what the server says after this observation (see
+        // `claim_crashed`); asked only when there is one to judge.
+        let leftover = plan.parts.iter().any(|p| {
+            !progress.attached.contains(&p.name) && observed.attaching.contains(&p.name.to_string())
+        });
+        let claims = match leftover {
+            true => Some(ClaimCheck::read(server, &spec.publish).await?),
+            false => None,
+        };
         // Decide from the ledger as last read; a part that looks lost is decided again from
         // a ledger read made after this observation.
         let mut fresh = false;
@@ -649,6 +675,13 @@ async fn attach_parts(
                         in_detached: observed.detached.contains(&name),
                         attaching_leftover: observed.attaching.contains(&name),
                         ledger_read_after_observation: fresh,
+                        claim_predates_server_start: claims.is_some_and(|c| {
+                            observed
+                                .attaching_modified
+                                .get(&name)
+                                .is_some_and(|m| c.predates_server_start(*m))
+                        }),
+                        attach_running: claims.is_some_and(|c| c.attach_running),
                     };
                     (part, decide_part(&facts))
                 })
@@ -662,12 +695,14 @@ async fn attach_parts(
         let mut waiting = None;
         let mut vanished = Vec::new();
         let mut to_attach = Vec::new();
+        let mut to_reclaim = Vec::new();
         for (part, step) in steps {
             match step {
                 PartStep::Skip => {}
                 PartStep::RecordAttached => vanished.push(CommitEntry::Attached(part.name.clone())),
                 PartStep::Attach => to_attach.push(part.name.clone()),
                 PartStep::Wait => waiting = Some(part.name.to_string()),
+                PartStep::Reclaim => to_reclaim.push(part.name.clone()),
                 PartStep::ReadLedger => unreachable!("decided again from a fresh ledger read"),
                 PartStep::Lost => {
                     return Err(CommitError::PartLost(Box::new(PartLost::new(plan, part))))
@@ -675,6 +710,22 @@ async fn attach_parts(
             }
         }
         record_many(env, &spec.load, progress, vanished, kind::PART_ATTACHED).await?;
+        for part in &to_reclaim {
+            let taken =
+                tokio::task::block_in_place(|| reclaim(env.fs, data_path, part)).map_err(|e| {
+                    CommitError::Reclaim {
+                        load: spec.load.clone(),
+                        part: part.to_string(),
+                        path: chpart_core::attaching_part_path(data_path, part).to_string(),
+                        source: Box::new(e),
+                    }
+                })?;
+            if taken {
+                tracing::warn!(
+                    "part {part}: took back detached/attaching_{part}, claimed by an ATTACH that died with the server (restarted since); attaching it again"
+                );
+            }
+        }
         for batch in to_attach.chunks(ATTACH_BATCH) {
             let intents = batch
                 .iter()
@@ -691,7 +742,9 @@ async fn attach_parts(
             }
             failed.extend(errors);
         }
-        match waiting {
+        // Parts taken back are attached by the next round, at once.
+        let reclaimed = to_reclaim.first().map(ToString::to_string);
+        match waiting.or(reclaimed.clone()) {
             None => return Ok(attached),
             Some(part) if round + 1 == MAX_ROUNDS => {
                 return Err(CommitError::Stuck {
@@ -699,6 +752,7 @@ async fn attach_parts(
                     part,
                 })
             }
+            Some(_) if reclaimed.is_some() => {}
             Some(_) => tokio::time::sleep(ROUND_PAUSE).await,
         }
     }

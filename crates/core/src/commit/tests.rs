@@ -786,62 +786,110 @@ fn progress_from_entry_ids() {
 #[test]
 fn decide_part_table() {
     use PartStep::*;
-    let f = |recorded_attached, attach_intent, in_detached, attaching_leftover, fresh| PartFacts {
+    // A leftover's two extra facts: (claim predates the server's start, an ATTACH is running).
+    const NO_LEFTOVER: (bool, bool) = (false, false);
+    const LIVE: (bool, bool) = (false, true);
+    const CRASHED: (bool, bool) = (true, false);
+    let f = |recorded_attached,
+             attach_intent,
+             in_detached,
+             attaching_leftover,
+             fresh,
+             (claim_predates_server_start, attach_running): (bool, bool)| PartFacts {
         recorded_attached,
         attach_intent,
         in_detached,
         attaching_leftover,
         ledger_read_after_observation: fresh,
+        claim_predates_server_start,
+        attach_running,
     };
     // (situation, facts: recorded, intent, in detached, attaching_ leftover, ledger read after
-    // the observation)
+    // the observation, (leftover older than the server, ATTACH running))
     let rows = [
-        ("not started", f(false, false, true, false, false), Attach),
+        (
+            "not started",
+            f(false, false, true, false, false, NO_LEFTOVER),
+            Attach,
+        ),
         (
             "intent written, ATTACH not sent",
-            f(false, true, true, false, false),
+            f(false, true, true, false, false, NO_LEFTOVER),
             Attach,
         ),
         (
             "ATTACH failed before claiming it",
-            f(false, true, true, false, true),
+            f(false, true, true, false, true, NO_LEFTOVER),
             Attach,
         ),
-        ("ATTACH in flight", f(false, true, false, true, false), Wait),
         (
-            "server died inside ATTACH",
-            f(false, true, false, true, false),
+            "ATTACH in flight",
+            f(false, true, false, true, false, LIVE),
+            Wait,
+        ),
+        (
+            "ATTACH in flight, claimed an instant ago (the rename kept the old mtime)",
+            f(false, true, false, true, false, (true, true)),
+            Wait,
+        ),
+        (
+            "a leftover made after the server started, no ATTACH running: not a restart's",
+            f(false, true, false, true, false, (false, false)),
+            Wait,
+        ),
+        (
+            "server killed inside ATTACH and restarted: take the claim back",
+            f(false, true, false, true, false, CRASHED),
+            Reclaim,
+        ),
+        (
+            "server killed inside ATTACH, ledger read after the observation",
+            f(false, true, false, true, true, CRASHED),
+            Reclaim,
+        ),
+        (
+            "a crashed claim chpart never intended (someone's ATTACH PARTITION): not ours",
+            f(false, false, false, true, true, CRASHED),
+            Wait,
+        ),
+        (
+            "a crashed claim and a copy re-published in detached/",
+            f(false, true, true, true, false, CRASHED),
             Wait,
         ),
         (
             "attached (then perhaps merged or moved), not recorded",
-            f(false, true, false, false, false),
+            f(false, true, false, false, false, NO_LEFTOVER),
             RecordAttached,
         ),
-        ("recorded", f(true, true, false, false, false), Skip),
+        (
+            "recorded",
+            f(true, true, false, false, false, NO_LEFTOVER),
+            Skip,
+        ),
         (
             "recorded, then moved away",
-            f(true, true, false, false, true),
+            f(true, true, false, false, true, NO_LEFTOVER),
             Skip,
         ),
         (
             "gone, ledger read before the observation: a concurrent commit may have attached it",
-            f(false, false, false, false, false),
+            f(false, false, false, false, false, NO_LEFTOVER),
             ReadLedger,
         ),
         (
             "a concurrent commit attached, moved and merged it after our ledger read",
-            f(false, false, false, false, false),
+            f(false, false, false, false, false, NO_LEFTOVER),
             ReadLedger,
         ),
         (
             "gone, and a ledger read after the observation has no intent: removed by someone",
-            f(false, false, false, false, true),
+            f(false, false, false, false, true, NO_LEFTOVER),
             Lost,
         ),
         (
             "a copy re-published while another ATTACH holds one",
-            f(false, true, true, true, false),
+            f(false, true, true, true, false, LIVE),
             Wait,
         ),
     ];
@@ -851,15 +899,11 @@ fn decide_part_table() {
     // Every combination: ATTACH is sent only for a part sitting in detached/ that no ATTACH
     // holds and that is not recorded; a part is recorded attached only once it left detached/
     // without a leftover and with an intent; it is lost only by a ledger read made after the
-    // observation.
-    for bits in 0..32u8 {
-        let facts = f(
-            bits & 1 != 0,
-            bits & 2 != 0,
-            bits & 4 != 0,
-            bits & 8 != 0,
-            bits & 16 != 0,
-        );
+    // observation; a leftover is taken back only when it is this load's claim, older than the
+    // server and no ATTACH runs.
+    for bits in 0..128u8 {
+        let bit = |i: u8| bits & (1 << i) != 0;
+        let facts = f(bit(0), bit(1), bit(2), bit(3), bit(4), (bit(5), bit(6)));
         let step = decide_part(&facts);
         assert_eq!(step == Skip, facts.recorded_attached, "{facts:?}");
         if step == Attach {
@@ -872,12 +916,22 @@ fn decide_part_table() {
             assert!(!facts.in_detached && !facts.attaching_leftover, "{facts:?}");
             assert!(facts.attach_intent, "{facts:?}");
         }
-        if step == Wait {
+        if step == Wait || step == Reclaim {
             assert!(
                 facts.attaching_leftover && !facts.recorded_attached,
                 "{facts:?}"
             );
         }
+        assert_eq!(
+            step == Reclaim,
+            facts.attaching_leftover
+                && !facts.recorded_attached
+                && facts.attach_intent
+                && !facts.in_detached
+                && facts.claim_predates_server_start
+                && !facts.attach_running,
+            "{facts:?}"
+        );
         if step == Lost || step == ReadLedger {
             assert!(
                 !facts.in_detached && !facts.attaching_leftover && !facts.attach_intent,
@@ -1519,7 +1573,7 @@ fn concurrent_attach_table() {
             false,
         ),
         (
-            "the server died inside A's ATTACH: nobody touches the leftover",
+            "while A's ATTACH runs, nobody touches its claim",
             vec![
                 Observe('A', Attach),
                 Intent('A'),
@@ -1530,6 +1584,49 @@ fn concurrent_attach_table() {
             ],
             0,
             true,
+        ),
+        (
+            "the server died inside A's ATTACH: after the restart both take it back, one wins",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                RestartServer,
+                Observe('A', Reclaim),
+                Observe('B', Reclaim),
+                TakeBack('B', true),
+                TakeBack('A', false),
+                Observe('A', Attach),
+                Send('A', true),
+                Observe('B', Wait),
+                Finish,
+                Observe('B', RecordAttached),
+                Record('B'),
+            ],
+            1,
+            false,
+        ),
+        (
+            "a stale Reclaim lands on B's new claim: B's ATTACH fails, the part is attached once",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                RestartServer,
+                Observe('A', Reclaim),
+                Observe('B', Reclaim),
+                TakeBack('B', true),
+                Observe('B', Attach),
+                Send('B', true),
+                TakeBack('A', true),
+                Observe('A', Attach),
+                Send('A', true),
+                Finish,
+                Observe('B', RecordAttached),
+                Record('B'),
+            ],
+            1,
+            false,
         ),
         (
             "A died after its intent, B attaches",
@@ -1618,14 +1715,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     /// Two commits of one load interleaved at random, each acting on decisions that may be
-    /// stale by the time it acts, with ATTACHes that finish whenever the server gets to them
-    /// and merges at any time: every planned part is attached exactly once, no loser's part
+    /// stale by the time it acts, with ATTACHes that finish whenever the server gets to them,
+    /// merges and server restarts (killing ATTACHes in flight) at any time: every planned part is attached exactly once, no loser's part
     /// ever, and the target ends with exactly the planned rows.
     #[test]
     fn racing_commits_attach_each_part_once(
         visibility in prop::sample::select(vec![Visibility::Partition, Visibility::Part]),
         mode in prop::sample::select(vec![Mode::Append, Mode::Replace]),
-        schedule in prop::collection::vec(0u8..10, 0..160),
+        schedule in prop::collection::vec(0u8..11, 0..160),
     ) {
         let plan = plan(visibility, mode);
         sim::race_randomly(&plan, &schedule);

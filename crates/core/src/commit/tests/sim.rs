@@ -3,7 +3,9 @@
 //!
 //! The model keeps the behaviours the decisions rely on: ATTACH PART claims
 //! `detached/<name>` by renaming it to `attaching_<name>` (so it fails with "not found" for a
-//! part already claimed) and finishes later or, when the server dies, never; MOVE PARTITION
+//! part already claimed) and finishes later or, when the server dies, never (the restarted
+//! server keeps the `attaching_` leftover, which is not active; renaming it back makes the
+//! ATTACH that holds it, if any, fail: it finds its directory gone); MOVE PARTITION
 //! moves every active part of the partition at once; REPLACE PARTITION swaps the target's parts
 //! for copies of the shadow's; a merge rewrites parts under new hashes. Ledger entries are
 //! appended and read back as a set of ids, first plan body wins.
@@ -41,6 +43,10 @@ pub(super) struct World {
     sync_attach: bool,
     detached: BTreeSet<PartName>,
     attaching: BTreeSet<PartName>,
+    /// The server generation (restarts so far) in which each leftover was claimed.
+    claimed_in: BTreeMap<PartName, u32>,
+    /// Restarts of the server so far.
+    server_generation: u32,
     in_flight: VecDeque<PartName>,
     /// What each published part holds: (partition, rows, hash).
     content: BTreeMap<PartName, Active>,
@@ -91,6 +97,8 @@ impl World {
             sync_attach: true,
             detached: content.keys().cloned().collect(),
             attaching: BTreeSet::new(),
+            claimed_in: BTreeMap::new(),
+            server_generation: 0,
             in_flight: VecDeque::new(),
             content,
             shadow: Vec::new(),
@@ -136,6 +144,12 @@ impl World {
             in_detached: self.detached.contains(&part.name),
             attaching_leftover: self.attaching.contains(&part.name),
             ledger_read_after_observation: fresh,
+            claim_predates_server_start: self
+                .claimed_in
+                .get(&part.name)
+                .is_some_and(|g| *g < self.server_generation),
+            // As the real commit reads it: any ATTACH on the table.
+            attach_running: !self.in_flight.is_empty(),
         }
     }
 
@@ -171,6 +185,13 @@ impl World {
         let active = self.content[name].clone();
         self.attach_table_mut().push(active);
         *self.attach_count.entry(name.clone()).or_default() += 1;
+    }
+
+    /// The server is killed and restarted: every ATTACH in flight dies where it is, leaving
+    /// its `attaching_` leftover.
+    pub(super) fn restart_server(&mut self) {
+        self.in_flight.clear();
+        self.server_generation += 1;
     }
 
     /// The server finishes the oldest ATTACH in flight, if any.
@@ -249,6 +270,8 @@ pub(super) enum Act {
     Move(PartitionId),
     /// Send REPLACE PARTITION.
     Replace(PartitionId),
+    /// Rename `attaching_<part>` back to `<part>`.
+    Reclaim(PartName),
     /// Everything pending is held by an ATTACH in flight.
     Wait,
     /// Committed.
@@ -301,6 +324,7 @@ pub(super) fn next_with(
                 }
                 match step {
                     PartStep::Skip | PartStep::Wait => {}
+                    PartStep::Reclaim => return Act::Reclaim(name),
                     PartStep::RecordAttached => return Act::Write(CommitEntry::Attached(name)),
                     PartStep::Attach if facts.attach_intent => return Act::Attach(name),
                     PartStep::Attach => return Act::Write(CommitEntry::AttachIntent(name)),
@@ -357,11 +381,24 @@ pub(super) fn apply(world: &mut World, plan: &CommitPlan, act: Act) -> bool {
                 return false;
             }
             world.attaching.insert(name.clone());
+            world
+                .claimed_in
+                .insert(name.clone(), world.server_generation);
             if world.sync_attach {
                 world.finish(&name);
             } else {
                 world.in_flight.push_back(name);
             }
+        }
+        Act::Reclaim(name) => {
+            if !world.attaching.remove(&name) {
+                return false; // taken back or finished by someone else meanwhile
+            }
+            // A stale decision may take back a claim a live ATTACH made since: that ATTACH
+            // then fails (its directory is gone) and attaches nothing.
+            world.in_flight.retain(|n| n != &name);
+            world.claimed_in.remove(&name);
+            world.detached.insert(name);
         }
         Act::Move(id) => {
             let (moved, kept) = world
@@ -398,6 +435,7 @@ pub(super) fn describe(plan: &CommitPlan, act: &Act) -> String {
         Act::Write(CommitEntry::Published(id)) => format!("published {id}"),
         Act::Write(CommitEntry::Commit) => "commit".into(),
         Act::Attach(n) => format!("ATTACH part {}", index(n)),
+        Act::Reclaim(n) => format!("reclaim part {}", index(n)),
         Act::Move(id) => format!("MOVE {id}"),
         Act::Replace(id) => format!("REPLACE {id}"),
         Act::Wait => "wait".into(),
@@ -503,6 +541,10 @@ pub(super) enum Race {
     Record(char),
     /// The server merges every table.
     MergeAll,
+    /// The server is killed (ATTACHes in flight die) and restarted.
+    RestartServer,
+    /// The commit renames the leftover back (after deciding Reclaim); it is there or not.
+    TakeBack(char, bool),
 }
 
 /// Plays a race on the plan's first part; each commit acts only on its own latest decision,
@@ -568,6 +610,13 @@ pub(super) fn race(plan: &CommitPlan, steps: &[Race], row: &str) -> World {
                 world.merge(Merge::AttachTable);
                 world.merge(Merge::Target);
             }
+            Race::RestartServer => world.restart_server(),
+            Race::TakeBack(who, found) => {
+                decided(&last, who, PartStep::Reclaim);
+                let got = apply(&mut world, plan, Act::Reclaim(part.name.clone()));
+                assert_eq!(got, found, "{at}: found");
+                last.remove(&who);
+            }
         }
         world.check_never_twice();
     }
@@ -609,7 +658,8 @@ pub(super) fn race_randomly(plan: &CommitPlan, schedule: &[u8]) {
                 world.merge(Merge::Target);
             }
             8 => reads[0] = Some(world.progress()),
-            _ => reads[1] = Some(world.progress()),
+            9 => reads[1] = Some(world.progress()),
+            _ => world.restart_server(),
         }
     }
     for i in 0.. {
