@@ -8,4 +8,5 @@ mod cli;
 mod commit;
 mod launcher;
 mod recover;
+mod replace;
 mod smoke;

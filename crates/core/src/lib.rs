@@ -30,9 +30,10 @@ mod testutil;
 
 pub use commit::{
     commit_phase, decide_part, decide_partition, plan_matches, reconcile_rows, validate_winners,
-    CommitEntry, CommitPhase, CommitPlan, CommitProgress, EntryIdError, Expected, Mode, PartFacts,
-    PartLost, PartStep, PartitionBroken, PartitionFacts, PartitionStep, PlanConflict, PlanError,
-    PlannedPart, PlannedPartition, RowMismatch, Visibility, Winners, WinnersError,
+    CommitEntry, CommitPhase, CommitPlan, CommitProgress, EntryIdError, Expected, ForeignPart,
+    Mode, PartFacts, PartLost, PartStep, PartitionBroken, PartitionFacts, PartitionStep,
+    PlanConflict, PlanError, PlannedPart, PlannedPartition, RowMismatch, Visibility, Winners,
+    WinnersError,
 };
 pub use fingerprint::{ColumnShape, FingerprintError, TableFingerprint, TableShape};
 pub use ids::{

@@ -14,14 +14,14 @@
 //! re-sent after an unclear outcome; the server claims a detached part by renaming it, so a
 //! part can be attached at most once, and the next observation tells what happened.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use chpart_core::commit::{
-    commit_phase, decide_part, decide_partition, plan_matches, reconcile_rows, validate_winners,
-    CommitEntry, CommitPhase, CommitPlan, CommitProgress, Expected, PartFacts, PartLost, PartStep,
-    PartitionBroken, PartitionFacts, PartitionStep, PlanConflict, PlanError, RowMismatch, Winners,
-    WinnersError, PLAN_ENTRY,
+    commit_phase, decide_part, decide_partition, plan_matches, reconcile_rows, replace_overlap,
+    validate_winners, CommitEntry, CommitPhase, CommitPlan, CommitProgress, Expected, ForeignPart,
+    PartFacts, PartLost, PartStep, PartitionBroken, PartitionFacts, PartitionStep, PlanConflict,
+    PlanError, RowMismatch, Winners, WinnersError, PLAN_ENTRY,
 };
 use chpart_core::{AttemptId, LoadId, PartitionId, RemotePath, StagingLayout, TableRef};
 use chpart_remote::RemoteFs;
@@ -30,7 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ledger::{kind, Decision, LoadSpec, LoadState, LoadView, Mode, Visibility};
 use crate::observe::{
-    crash_point, reclaim, table_parts, verify_part, ClaimCheck, TableParts, Verify, VerifyError,
+    crash_point, reclaim, table_parts, verify_part, ActivePart, ClaimCheck, TableParts, Verify,
+    VerifyError,
 };
 use crate::snapshot::TableSnapshot;
 use crate::store::{Ledger, LedgerStoreError};
@@ -206,6 +207,21 @@ pub enum CommitError {
     /// A partition is in a state chpart cannot explain.
     #[error(transparent)]
     PartitionBroken(Box<PartitionBroken>),
+    /// Another open replace load of the table has planned some of this load's partitions.
+    #[error("load {load}: load {other} is open in replace mode on {table} and has planned partition(s) {} too; each would replace the other's rows. Nothing was replaced: finish or abort {other} first, then re-run commit", .partitions.join(", "))]
+    ReplaceOverlap {
+        /// The load.
+        load: LoadId,
+        /// The target table.
+        table: TableRef,
+        /// The other load.
+        other: LoadId,
+        /// The partitions both plan.
+        partitions: Vec<String>,
+    },
+    /// A replace load's target partition holds rows from elsewhere.
+    #[error(transparent)]
+    ForeignPart(Box<ForeignPart>),
     /// Another process holds a part for too long.
     #[error("load {load}: part {part} stays claimed (detached/attaching_{part}) by an ATTACH that is still running, or that no server restart ended, or that chpart did not send (no attach intent); re-run commit later")]
     Stuck {
@@ -520,6 +536,9 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
                 observed_shadow = Some(observed);
             }
             CommitPhase::PublishPartitions { .. } => {
+                if spec.mode == Mode::Replace {
+                    check_replace_overlap(env, &spec, &plan, &progress).await?;
+                }
                 if !decided {
                     decide_commit(env, &load).await?;
                     decided = true;
@@ -892,6 +911,83 @@ async fn reconcile_attached(
     Ok((progress, observed))
 }
 
+/// Replace mode, before this load's first REPLACE of any partition: no other open replace load
+/// of the table has planned one of its partitions (`begin` allows one open replace load per
+/// table, but two begins racing both pass). Partitions already intended were checked before.
+async fn check_replace_overlap(
+    env: &CommitEnv<'_>,
+    spec: &LoadSpec,
+    plan: &CommitPlan,
+    progress: &CommitProgress,
+) -> Result<(), CommitError> {
+    let mine: BTreeSet<PartitionId> = plan
+        .partitions
+        .iter()
+        .map(|p| p.partition_id.clone())
+        .filter(|id| !progress.publish_intents.contains(id))
+        .collect();
+    if mine.is_empty() {
+        return Ok(());
+    }
+    let others = crate::begin::open_replace_loads(env.ledger, &spec.target, &spec.load).await?;
+    match replace_overlap(&mine, &others) {
+        None => Ok(()),
+        Some((other, partitions)) => Err(CommitError::ReplaceOverlap {
+            load: spec.load.clone(),
+            table: spec.target.clone(),
+            other,
+            partitions: partitions.iter().map(ToString::to_string).collect(),
+        }),
+    }
+}
+
+/// Marks a MOVE among the publish statements (a REPLACE carries the target's highest block).
+const MOVE: u64 = u64::MAX;
+
+/// The recorded `publish:<id>` intents of a load, with the target's highest block number each
+/// recorded (`None` for an intent without it: every part not a copy counts as arrived since).
+fn replace_intents(view: &LoadView) -> BTreeMap<PartitionId, Option<u64>> {
+    view.entries
+        .iter()
+        .filter_map(|e| match CommitEntry::parse(&e.entry_id) {
+            Ok(Some(CommitEntry::PublishIntent(id))) => {
+                let body: Option<serde_json::Value> = serde_json::from_str(&e.body).ok();
+                let max = body.and_then(|b| b.get("target_max_block")?.as_u64());
+                Some((id, max))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// What of a replace load's target partition cannot be explained by its REPLACE.
+struct Arrived<'a> {
+    /// The first part that is neither a copy of the shadow's nor covers only blocks handed
+    /// out before the intent (see `PartitionFacts::target_foreign`).
+    first: Option<&'a ActivePart>,
+    /// Every such part is a merge, no old part is left and the rows are the plan's.
+    merged_plan: bool,
+}
+
+fn arrived_since_intent<'a>(
+    target: &'a [ActivePart],
+    shadow_hashes: &[String],
+    intent_max_block: Option<u64>,
+    planned_rows: u64,
+) -> Arrived<'a> {
+    let copy = |p: &ActivePart| shadow_hashes.contains(&p.hash);
+    let old = |p: &ActivePart| intent_max_block.is_some_and(|m| p.max_block <= m);
+    let mut arrived = target.iter().filter(|p| !copy(p) && !old(p)).peekable();
+    let first = arrived.peek().copied();
+    let merges_only = arrived.all(|p| p.level > 0);
+    Arrived {
+        first,
+        merged_plan: merges_only
+            && !target.iter().any(|p| !copy(p) && old(p))
+            && target.iter().map(|p| p.rows).sum::<u64>() == planned_rows,
+    }
+}
+
 /// Moves (append) or swaps in (replace) each partition from the shadow into the target.
 ///
 /// `observed` is an observation of the shadow made before `progress` was read from the ledger
@@ -918,11 +1014,32 @@ async fn publish_partitions(
             Mode::Replace => Some(table_parts(server, &spec.target).await?),
             Mode::Append => None,
         };
+        // Replace: the intents (and the blocks the target had handed out when each was
+        // recorded), read after the observation, so an intent missing here means no REPLACE
+        // of that partition had been sent before it.
+        let intents = match spec.mode {
+            Mode::Replace => {
+                replace_intents(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)
+            }
+            Mode::Append => BTreeMap::new(),
+        };
         let mut confirmed = Vec::new();
         let mut statements = Vec::new();
         for partition in &plan.partitions {
             let pid = partition.partition_id.as_str();
             let shadow_hashes = in_shadow.hashes_by_partition.get(pid);
+            let target_parts = in_target
+                .as_ref()
+                .and_then(|t| t.parts_by_partition.get(pid))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let intent = intents.get(&partition.partition_id);
+            let arrived = arrived_since_intent(
+                target_parts,
+                shadow_hashes.map(Vec::as_slice).unwrap_or_default(),
+                intent.copied().flatten(),
+                partition.rows,
+            );
             let facts = PartitionFacts {
                 recorded_published: progress.published.contains(&partition.partition_id),
                 shadow_rows: in_shadow.rows_by_partition.get(pid).copied().unwrap_or(0),
@@ -930,14 +1047,19 @@ async fn publish_partitions(
                 target_has_plan_hashes: in_target.as_ref().is_some_and(|t| {
                     shadow_hashes.is_some() && t.hashes_by_partition.get(pid) == shadow_hashes
                 }),
+                publish_intent: intent.is_some(),
+                target_foreign: arrived.first.is_some(),
+                target_merged_plan: arrived.merged_plan,
             };
             let id = partition.partition_id.clone();
+            // Replace: the blocks the target partition has handed out so far, for the intent.
+            let max_block = target_parts.iter().map(|p| p.max_block).max().unwrap_or(0);
             match decide_partition(spec.mode, &facts) {
                 PartitionStep::Skip => {}
                 PartitionStep::RecordPublished => confirmed.push(CommitEntry::Published(id)),
                 PartitionStep::Move => statements.push((
                     id,
-                    true,
+                    MOVE,
                     format!(
                         "ALTER TABLE {shadow} MOVE PARTITION ID {} TO TABLE {target}",
                         quote_str(pid)
@@ -945,12 +1067,22 @@ async fn publish_partitions(
                 )),
                 PartitionStep::Replace => statements.push((
                     id,
-                    false,
+                    max_block,
                     format!(
                         "ALTER TABLE {target} REPLACE PARTITION ID {} FROM {shadow}",
                         quote_str(pid)
                     ),
                 )),
+                PartitionStep::Foreign => {
+                    let part = arrived.first.expect("decided from a foreign part");
+                    return Err(CommitError::ForeignPart(Box::new(ForeignPart {
+                        load: spec.load.clone(),
+                        partition_id: partition.partition_id.clone(),
+                        part: part.name.clone(),
+                        hash: part.hash.clone(),
+                        rows: part.rows,
+                    })));
+                }
                 PartitionStep::Broken => {
                     return Err(CommitError::PartitionBroken(Box::new(
                         PartitionBroken::new(plan, &partition.partition_id, &facts),
@@ -967,14 +1099,30 @@ async fn publish_partitions(
         )
         .await?;
         let again = !statements.is_empty();
-        let intents = statements
+        // A replace intent's body holds the target partition's highest block number so far:
+        // whatever covers a higher one and is not a copy of the shadow's arrived since.
+        let rows: Vec<(String, &str, String)> = statements
             .iter()
-            .map(|(id, _, _)| CommitEntry::PublishIntent(id.clone()))
+            .map(|(id, max_block, _)| {
+                let body = match *max_block {
+                    MOVE => "{}".to_owned(),
+                    max => serde_json::json!({ "target_max_block": max }).to_string(),
+                };
+                (
+                    CommitEntry::PublishIntent(id.clone()).id(),
+                    kind::PUBLISH_INTENT,
+                    body,
+                )
+            })
             .collect();
-        record_many(env, &spec.load, progress, intents, kind::PUBLISH_INTENT).await?;
+        env.ledger.append_many(&spec.load, &rows).await?;
+        for (id, _, _) in &statements {
+            progress.record(CommitEntry::PublishIntent(id.clone()));
+        }
         let mut moved = Vec::new();
         let mut unconfirmed = false;
-        for (id, is_move, sql) in statements {
+        for (id, max_block, sql) in statements {
+            let is_move = max_block == MOVE;
             crash_point("before-publish");
             server.execute(&sql).await?;
             crash_point("after-publish");

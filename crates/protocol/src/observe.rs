@@ -26,6 +26,23 @@ pub struct TableParts {
     pub rows_by_partition: HashMap<String, u64>,
     /// Active parts' hashes per partition id.
     pub hashes_by_partition: HashMap<String, Vec<String>>,
+    /// Active parts per partition id.
+    pub parts_by_partition: HashMap<String, Vec<ActivePart>>,
+}
+
+/// An active part as `system.parts` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivePart {
+    /// Its name in the table.
+    pub name: String,
+    /// Its `hash_of_all_files`.
+    pub hash: String,
+    /// Its rows.
+    pub rows: u64,
+    /// Its merge level (0: never merged).
+    pub level: u64,
+    /// The highest block number it covers.
+    pub max_block: u64,
 }
 
 /// Reads `system.detached_parts` and the active `system.parts` of `table` (one query).
@@ -56,6 +73,16 @@ pub async fn table_parts(server: &Server, table: &TableRef) -> Result<TableParts
         *out.rows_by_partition
             .entry(row.partition_id.clone())
             .or_default() += row.rows;
+        out.parts_by_partition
+            .entry(row.partition_id.clone())
+            .or_default()
+            .push(ActivePart {
+                name: row.name,
+                hash: row.hash_of_all_files.clone(),
+                rows: row.rows,
+                level: row.level,
+                max_block: row.max_block,
+            });
         out.hashes_by_partition
             .entry(row.partition_id)
             .or_default()

@@ -134,6 +134,10 @@ pub struct StateRow {
     pub hash_of_all_files: String,
     /// A detached entry's directory modification time (unix seconds; 0 for active parts).
     pub modified_unix: u64,
+    /// An active part's merge level (0 for detached entries).
+    pub level: u64,
+    /// An active part's highest block number (0 for detached entries).
+    pub max_block: u64,
 }
 
 /// What [`Server::attach_activity`] reports: what tells a crashed ATTACH's claim from a live one.
@@ -394,10 +398,12 @@ impl Server {
     ) -> Result<Vec<StateRow>, ServerError> {
         let sql = "SELECT true AS detached, name, ifNull(partition_id, '') AS partition_id, \
                    ifNull(reason, '') AS reason, toUInt64(0) AS rows, '' AS hash_of_all_files, \
-                   toUInt64(toUnixTimestamp(modification_time)) AS modified_unix \
+                   toUInt64(toUnixTimestamp(modification_time)) AS modified_unix, \
+                   toUInt64(0) AS level, toUInt64(0) AS max_block \
                    FROM system.detached_parts WHERE database = {db:String} AND table = {t:String} \
                    UNION ALL \
-                   SELECT false, name, partition_id, '', toUInt64(rows), hash_of_all_files, toUInt64(0) \
+                   SELECT false, name, partition_id, '', toUInt64(rows), hash_of_all_files, toUInt64(0), \
+                   toUInt64(level), toUInt64(max_block_number) \
                    FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active";
         self.fetch(sql, &[("db", database), ("t", table)]).await
     }

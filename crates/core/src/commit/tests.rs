@@ -978,13 +978,26 @@ fn part_lost_message() {
 #[test]
 fn decide_partition_table() {
     use Mode::{Append, Replace as ReplaceMode};
-    use PartitionStep::{Broken, Move, RecordPublished, Replace, Skip};
+    use PartitionStep::{Broken, Foreign, Move, RecordPublished, Replace, Skip};
     let f = |recorded_published, shadow_rows, target_has_plan_hashes| PartitionFacts {
         recorded_published,
         shadow_rows,
         planned_rows: 100,
         target_has_plan_hashes,
+        ..PartitionFacts::default()
     };
+    // Replace mode after the intent: (target holds a part neither old nor the shadow's, all such
+    // parts are merges of exactly the planned rows).
+    let after_intent =
+        |facts: PartitionFacts, (target_foreign, target_merged_plan)| PartitionFacts {
+            publish_intent: true,
+            target_foreign,
+            target_merged_plan,
+            ..facts
+        };
+    const EXPLAINED: (bool, bool) = (false, false);
+    const ARRIVED: (bool, bool) = (true, false);
+    const MERGED: (bool, bool) = (true, true);
     // (situation, mode, facts: recorded, shadow rows of 100 planned, target hashes = shadow's)
     let rows = [
         ("append: not moved yet", Append, f(false, 100, false), Move),
@@ -1038,10 +1051,55 @@ fn decide_partition_table() {
             Replace,
         ),
         (
-            "replace: replaced, then merged in the target",
+            "replace: REPLACE sent, the target merged its copies since",
             ReplaceMode,
-            f(false, 100, false),
+            after_intent(f(false, 100, false), MERGED),
+            RecordPublished,
+        ),
+        (
+            "replace: crashed inside REPLACE, old and new parts both active",
+            ReplaceMode,
+            after_intent(f(false, 100, false), EXPLAINED),
             Replace,
+        ),
+        (
+            "replace: intent written, REPLACE not sent: the old parts are still there",
+            ReplaceMode,
+            after_intent(f(false, 100, false), EXPLAINED),
+            Replace,
+        ),
+        (
+            "replace: replaced, then another process inserted into the partition",
+            ReplaceMode,
+            after_intent(f(false, 100, false), ARRIVED),
+            Foreign,
+        ),
+        (
+            "replace: replaced, rows inserted since and merged with the copies",
+            ReplaceMode,
+            after_intent(f(false, 100, false), ARRIVED),
+            Foreign,
+        ),
+        (
+            "replace: intent written, rows arrived before the REPLACE was sent (cannot tell)",
+            ReplaceMode,
+            after_intent(f(false, 100, false), ARRIVED),
+            Foreign,
+        ),
+        (
+            "replace: rows inserted before this load's first intent: REPLACE owns the partition",
+            ReplaceMode,
+            PartitionFacts {
+                target_foreign: true,
+                ..f(false, 100, false)
+            },
+            Replace,
+        ),
+        (
+            "replace: replaced and recorded, rows inserted since: not this load's any more",
+            ReplaceMode,
+            after_intent(f(true, 100, false), ARRIVED),
+            Skip,
         ),
         ("replace: recorded", ReplaceMode, f(true, 100, true), Skip),
         (
@@ -1065,6 +1123,66 @@ fn decide_partition_table() {
     ];
     for (row, mode, facts, want) in rows {
         assert_eq!(decide_partition(mode, &facts), want, "{row}");
+    }
+    // Every combination: a REPLACE after the intent never meets an unexplained part.
+    for bits in 0..32u8 {
+        let bit = |i: u8| bits & (1 << i) != 0;
+        let facts = PartitionFacts {
+            recorded_published: bit(0),
+            shadow_rows: 100,
+            planned_rows: 100,
+            target_has_plan_hashes: bit(1),
+            publish_intent: bit(2),
+            target_foreign: bit(3),
+            target_merged_plan: bit(4),
+        };
+        if decide_partition(ReplaceMode, &facts) == Replace {
+            assert!(!(facts.publish_intent && facts.target_foreign), "{facts:?}");
+        }
+    }
+}
+
+#[test]
+fn replace_overlap_table() {
+    let ids =
+        |s: &[&str]| -> BTreeSet<PartitionId> { s.iter().map(|p| p.parse().unwrap()).collect() };
+    let other = |load: &str, planned: Option<&[&str]>| OpenReplaceLoad {
+        load: load.parse().unwrap(),
+        planned: planned.map(ids),
+    };
+    let mine = ids(&["202601", "202602"]);
+    // (situation, other open replace loads of the table, the conflict)
+    type Row<'a> = (
+        &'a str,
+        Vec<OpenReplaceLoad>,
+        Option<(&'a str, Vec<&'a str>)>,
+    );
+    let rows: Vec<Row> = vec![
+        ("no other load", vec![], None),
+        ("another load not planned yet", vec![other("b", None)], None),
+        (
+            "another load replaces other partitions",
+            vec![other("b", Some(&["202603"]))],
+            None,
+        ),
+        (
+            "another load replaces one of them",
+            vec![other("b", Some(&["202602", "202603"]))],
+            Some(("b", vec!["202602"])),
+        ),
+        (
+            "the first overlapping load is named",
+            vec![
+                other("b", Some(&["202604"])),
+                other("c", Some(&["202601", "202602"])),
+                other("d", Some(&["202601"])),
+            ],
+            Some(("c", vec!["202601", "202602"])),
+        ),
+    ];
+    for (row, others, want) in rows {
+        let want = want.map(|(l, p)| (l.parse().unwrap(), ids(&p).into_iter().collect()));
+        assert_eq!(replace_overlap(&mine, &others), want, "{row}");
     }
 }
 
@@ -1343,10 +1461,19 @@ fn crash_point_table() {
             "published 202601",
         ),
         (
-            "replace: after the REPLACE, target merged since: REPLACE again",
+            "replace: after the REPLACE, target merged since: the merge is recorded published",
             Partition,
             Replace,
             Some("REPLACE 202601"),
+            Target,
+            "PublishPartitions(2)",
+            "published 202601",
+        ),
+        (
+            "replace: after the intent, old parts merged before the REPLACE: REPLACE",
+            Partition,
+            Replace,
+            Some("intent 202601"),
             Target,
             "PublishPartitions(2)",
             "REPLACE 202601",

@@ -33,6 +33,9 @@ struct Active {
     hash: String,
     partition_id: PartitionId,
     rows: u64,
+    /// The highest block number the part covers: a part entering a table gets a fresh one
+    /// from the table's counter, a merge keeps the highest of its sources'.
+    max_block: u64,
 }
 
 #[derive(Debug)]
@@ -54,6 +57,11 @@ pub(super) struct World {
     target: Vec<Active>,
     attach_count: BTreeMap<PartName, u32>,
     ledger: Vec<String>,
+    /// The target partition's highest block number when each `publish:<id>` intent was
+    /// first written (the intent's body).
+    intent_blocks: BTreeMap<PartitionId, u64>,
+    /// The last block number handed out.
+    blocks: u64,
     plan_body: Option<String>,
     merges: u32,
     /// A losing attempt's part, published next to the winners' and never to be attached.
@@ -80,6 +88,7 @@ impl World {
                     hash: p.hash_of_all_files.clone(),
                     partition_id: p.partition_id.clone(),
                     rows: p.rows,
+                    max_block: 0,
                 };
                 (p.name.clone(), active)
             })
@@ -90,6 +99,7 @@ impl World {
                 hash: hash_of(&loser),
                 partition_id: pid("202601"),
                 rows: 100,
+                max_block: 0,
             },
         );
         World {
@@ -104,14 +114,18 @@ impl World {
             shadow: Vec::new(),
             target: OLD_ROWS
                 .iter()
-                .map(|&(id, rows)| Active {
+                .enumerate()
+                .map(|(i, &(id, rows))| Active {
                     hash: format!("old-{id}"),
                     partition_id: pid(id),
                     rows,
+                    max_block: i as u64 + 1,
                 })
                 .collect(),
             attach_count: BTreeMap::new(),
             ledger: vec!["open".into()],
+            intent_blocks: BTreeMap::new(),
+            blocks: OLD_ROWS.len() as u64,
             plan_body: None,
             merges: 0,
             loser,
@@ -168,23 +182,51 @@ impl World {
             h.sort();
             h
         };
+        let (shadow, before) = (hashes(&self.shadow), self.intent_blocks.get(id));
+        let target: Vec<&Active> = self
+            .target
+            .iter()
+            .filter(|a| &a.partition_id == id)
+            .collect();
+        // Old: covers only blocks handed out before the intent (an old part or a merge of old
+        // ones); everything else that is not a copy of the shadow's arrived since.
+        let old = |a: &Active| before.is_some_and(|b| a.max_block <= *b);
+        let unexplained: Vec<&&Active> = target
+            .iter()
+            .filter(|a| !shadow.contains(&a.hash) && !old(a))
+            .collect();
+        let planned_rows = plan.partition(id).unwrap().rows;
         PartitionFacts {
             recorded_published: progress.published.contains(id),
             shadow_rows: rows_by_partition(&self.shadow)
                 .get(id.as_str())
                 .copied()
                 .unwrap_or(0),
-            planned_rows: plan.partition(id).unwrap().rows,
-            target_has_plan_hashes: hashes(&self.target) == hashes(&self.shadow),
+            planned_rows,
+            target_has_plan_hashes: hashes(&self.target) == shadow,
+            publish_intent: progress.publish_intents.contains(id),
+            target_foreign: !unexplained.is_empty(),
+            target_merged_plan: unexplained.iter().all(|a| a.hash.starts_with("merged-"))
+                && !target.iter().any(|a| !shadow.contains(&a.hash) && old(a))
+                && target.iter().map(|a| a.rows).sum::<u64>() == planned_rows,
         }
     }
 
     /// The server finishes an ATTACH that claimed `name`.
     fn finish(&mut self, name: &PartName) {
         assert!(self.attaching.remove(name), "nothing claimed {name}");
-        let active = self.content[name].clone();
+        let active = self.fresh(self.content[name].clone());
         self.attach_table_mut().push(active);
         *self.attach_count.entry(name.clone()).or_default() += 1;
+    }
+
+    /// `active` with the next block number, as it enters a table.
+    fn fresh(&mut self, active: Active) -> Active {
+        self.blocks += 1;
+        Active {
+            max_block: self.blocks,
+            ..active
+        }
     }
 
     /// The server is killed and restarted: every ATTACH in flight dies where it is, leaving
@@ -213,6 +255,14 @@ impl World {
             Merge::AttachTable if self.visibility == Visibility::Partition => &mut self.shadow,
             Merge::AttachTable | Merge::Target => &mut self.target,
         };
+        let max_block = |table: &[Active], id: &str| {
+            table
+                .iter()
+                .filter(|a| a.partition_id.as_str() == id)
+                .map(|a| a.max_block)
+                .max()
+                .unwrap_or(0)
+        };
         *table = rows_by_partition(table)
             .into_iter()
             .map(|(id, rows)| {
@@ -221,6 +271,7 @@ impl World {
                     hash: format!("merged-{merges}"),
                     partition_id: pid(&id),
                     rows,
+                    max_block: max_block(table, &id),
                 }
             })
             .collect();
@@ -361,6 +412,7 @@ pub(super) fn next_with(
                     PartitionStep::Broken => {
                         panic!("{}", PartitionBroken::new(&recorded, &id, &facts))
                     }
+                    PartitionStep::Foreign => panic!("{id}: a foreign part in the target"),
                 }
             }
             Act::Wait
@@ -375,7 +427,19 @@ pub(super) fn apply(world: &mut World, plan: &CommitPlan, act: Act) -> bool {
             world.ledger.push(PLAN_ENTRY.into());
             world.plan_body.get_or_insert_with(|| plan.to_json());
         }
-        Act::Write(entry) => world.ledger.push(entry.id()),
+        Act::Write(entry) => {
+            if let CommitEntry::PublishIntent(id) = &entry {
+                let max = world
+                    .target
+                    .iter()
+                    .filter(|a| &a.partition_id == id)
+                    .map(|a| a.max_block)
+                    .max()
+                    .unwrap_or(0);
+                world.intent_blocks.entry(id.clone()).or_insert(max);
+            }
+            world.ledger.push(entry.id())
+        }
         Act::Attach(name) => {
             if !world.detached.remove(&name) {
                 return false;
@@ -406,7 +470,10 @@ pub(super) fn apply(world: &mut World, plan: &CommitPlan, act: Act) -> bool {
                 .drain(..)
                 .partition(|a: &Active| a.partition_id == id);
             world.shadow = kept;
-            world.target.extend(moved);
+            for active in moved {
+                let active = world.fresh(active);
+                world.target.push(active);
+            }
         }
         Act::Replace(id) => {
             world.target.retain(|a| a.partition_id != id);
@@ -416,7 +483,10 @@ pub(super) fn apply(world: &mut World, plan: &CommitPlan, act: Act) -> bool {
                 .filter(|a| a.partition_id == id)
                 .cloned()
                 .collect();
-            world.target.extend(copies);
+            for active in copies {
+                let active = world.fresh(active);
+                world.target.push(active);
+            }
         }
         Act::Wait | Act::Nothing => {}
     }
