@@ -11,18 +11,18 @@ use crate::build::{rows_select, write_rows, Setup};
 use crate::cli::{chpart, text};
 
 /// Rows of Spark partition `p` (1000 each, spread over two months).
-fn partition_select(p: u32) -> String {
+pub(crate) fn partition_select(p: u32) -> String {
     rows_select(u64::from(p) * 1000, 1000)
 }
 
 /// count() and an order-independent checksum over all columns.
-fn fingerprint_sql(from: &str) -> String {
+pub(crate) fn fingerprint_sql(from: &str) -> String {
     format!("SELECT count(), sum(cityHash64(ts, id, name, score)) FROM {from}")
 }
 
 /// A load with `partitions` Spark partitions, each built by the given attempts (all complete
 /// and published); returns the manifests per partition, in attempt order.
-fn build_load(
+pub(crate) fn build_load(
     s: &Setup,
     load: &str,
     begin: &[&str],
@@ -57,14 +57,14 @@ fn build_load(
         .collect()
 }
 
-fn winners_file(s: &Setup, name: &str, manifests: &[&Manifest]) -> PathBuf {
+pub(crate) fn winners_file(s: &Setup, name: &str, manifests: &[&Manifest]) -> PathBuf {
     let path = s.dir.path().join(name);
     let lines: Vec<String> = manifests.iter().map(|m| m.to_json_line()).collect();
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     path
 }
 
-fn commit(
+pub(crate) fn commit(
     s: &Setup,
     load: &str,
     winners: &PathBuf,

@@ -8,4 +8,6 @@ mod cli;
 mod commit;
 mod engines;
 mod launcher;
+mod recover;
+mod replace;
 mod smoke;

@@ -52,15 +52,20 @@
 //!   decided only from a ledger read made *after* the observation: a read made before it may
 //!   predate a concurrent commit's intent and ATTACH, so the commit reads the ledger again
 //!   before it may call the part lost. An `attaching_` leftover means an ATTACH is in flight
-//!   (or a server died in one): the commit waits and observes again, never touching it. After
-//!   a timeout the commit never re-sends ATTACH blindly: it observes and decides again.
+//!   (the commit waits and observes again) or a server died in one: ATTACH turns the claimed
+//!   directory itself into the active part with one more rename(2), so a leftover is never
+//!   also active, and once no live ATTACH can hold it ([`claim_crashed`]) the commit renames it
+//!   back to `detached/<part>` and attaches it ([`PartStep::Reclaim`]). After a timeout the
+//!   commit never re-sends ATTACH blindly: it observes and decides again.
 //! - **Publish** ([`decide_partition`]): MOVE PARTITION is atomic for readers and a second
 //!   MOVE of a moved partition moves nothing (the shadow keeps only an empty covering part),
 //!   so with all of a partition's parts attached, the shadow holds either all planned rows
 //!   (not moved yet: move) or none (moved: record it); anything in between is unexplained and
 //!   stops the commit. REPLACE PARTITION is not crash-atomic upstream but is idempotent (it
-//!   copies from the shadow, which keeps its parts), so any state other than "target
-//!   partition's parts are exactly the shadow's" is repaired by running it again.
+//!   copies from the shadow, which keeps its parts), so a crash inside it is repaired by
+//!   running it again, as long as the target partition holds nothing but old parts and
+//!   copies: a part that arrived since the intent stops the commit, since REPLACE would remove
+//!   rows the load did not plan.
 //! - **Commit**: written last; once it is in the ledger every re-run is a no-op.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -1272,6 +1277,15 @@ pub struct PartFacts {
     pub in_detached: bool,
     /// `detached/attaching_<part>` exists: an ATTACH holds it, or a crashed server left it.
     pub attaching_leftover: bool,
+    /// The leftover's directory was last modified no later than the running server started
+    /// (both in whole seconds). Every crashed claim passes; a claim this server made passes
+    /// only within its first seconds or in the instant between the claiming rename (which
+    /// keeps the directory's old mtime) and ATTACH's first write into it, so this alone never
+    /// proves a crash: see [`claim_crashed`].
+    pub claim_predates_server_start: bool,
+    /// The server's process list, read after the table was observed, holds an ATTACH query on
+    /// the table (any part: `ATTACH PARTITION` claims many).
+    pub attach_running: bool,
     /// The ledger was read *after* the table was observed. A commit records `attach:<part>`
     /// before it sends ATTACH, so a part that left `detached/` before the observation has its
     /// intent in any ledger read made after it; a read made before may simply be too old.
@@ -1290,6 +1304,10 @@ pub enum PartStep {
     Attach,
     /// An ATTACH holds the part (`attaching_` leftover): touch nothing, observe again later.
     Wait,
+    /// A crashed ATTACH of this load left `detached/attaching_<part>` and nothing holds it any
+    /// more: rename it back to `detached/<part>` (never over an existing one), then observe
+    /// again (the next round attaches it).
+    Reclaim,
     /// Gone, and the ledger read is older than the observation: read the ledger again (a
     /// concurrent commit may have attached it meanwhile) and decide with that read.
     ReadLedger,
@@ -1309,7 +1327,15 @@ pub fn decide_part(facts: &PartFacts) -> PartStep {
     if facts.recorded_attached {
         PartStep::Skip
     } else if facts.attaching_leftover {
-        PartStep::Wait
+        // Only a claim of this load's own ATTACH (intent recorded, so the part was verified
+        // before it) is taken back, and never while a copy sits in detached/ (the rename
+        // back could not succeed, and that state is not chpart's).
+        let ours = facts.attach_intent && !facts.in_detached;
+        if ours && claim_crashed(facts.claim_predates_server_start, facts.attach_running) {
+            PartStep::Reclaim
+        } else {
+            PartStep::Wait
+        }
     } else if facts.in_detached {
         PartStep::Attach
     } else if facts.attach_intent {
@@ -1319,6 +1345,24 @@ pub fn decide_part(facts: &PartFacts) -> PartStep {
     } else {
         PartStep::Lost
     }
+}
+
+/// Whether an `attaching_<part>` directory is a crashed claim that no ATTACH holds any more,
+/// from two observations made after the leftover was seen: whether its directory was last
+/// modified before the running server started, and whether an ATTACH on its table is running.
+///
+/// ATTACH PART claims `detached/<n>` by renaming it to `detached/attaching_<n>`, writes into it
+/// while it loads the part, and then renames that same directory into the table: a query holds
+/// the claim from the first rename until the last (or until its failure renames it back), and
+/// it is in the server's process list the whole time. A claim made after the table was
+/// observed cannot be the leftover seen (it would have needed `detached/<n>`), so "no ATTACH
+/// running, read after the observation" proves that nothing holds it. The start-time check
+/// alone proves nothing (the claiming rename keeps the directory's old mtime until ATTACH's
+/// first write, and both clocks are whole seconds), but it keeps a leftover made by the
+/// running server out when the process list is wrong about it: only a restart makes claims
+/// nobody finishes.
+pub fn claim_crashed(predates_server_start: bool, attach_running: bool) -> bool {
+    predates_server_start && !attach_running
 }
 
 /// A planned part that was removed from `detached/` without being attached.
@@ -1363,6 +1407,19 @@ pub struct PartitionFacts {
     /// Replace mode: the multiset of the target partition's active part hashes equals the
     /// shadow's.
     pub target_has_plan_hashes: bool,
+    /// Replace mode: the ledger has `publish:<id>` (read after the observation), so a REPLACE
+    /// may have run.
+    pub publish_intent: bool,
+    /// Replace mode: the target partition holds an active part that is neither a copy of one
+    /// of the shadow's (same hash) nor made only of blocks the table had handed out when the
+    /// intent was recorded (an old part, or a merge of old parts: a merge keeps its sources'
+    /// highest block number, and every part entering the table gets a new, higher one). What a
+    /// crash inside REPLACE can leave is old parts and copies, so such a part arrived since.
+    pub target_foreign: bool,
+    /// Replace mode: every such part is a merge (level > 0), none of the old parts is left,
+    /// and the partition holds exactly the planned rows: the REPLACE went through and the
+    /// target merged its copies since.
+    pub target_merged_plan: bool,
 }
 
 /// What to do about one planned partition (partition visibility).
@@ -1380,6 +1437,9 @@ pub enum PartitionStep {
     Replace,
     /// A state chpart cannot explain: report [`PartitionBroken`].
     Broken,
+    /// Replace: the target partition holds rows that arrived after this load's REPLACE was
+    /// intended; running REPLACE again would remove them: report [`ForeignPart`].
+    Foreign,
 }
 
 /// Decides the next step for one planned partition, all of whose parts are recorded attached
@@ -1388,11 +1448,13 @@ pub enum PartitionStep {
 /// Append: the shadow holds all planned rows (move them) or none (they were moved; only a MOVE
 /// empties a shadow partition of an open load). Replace: REPLACE copies, so the shadow must
 /// always hold all planned rows, and the partition is published exactly when the target's
-/// parts are the shadow's; in any other state (not replaced yet, a crash inside REPLACE, a
-/// merge since) REPLACE runs again, which is idempotent. A re-run after a merge in the target
-/// replaces the partition with the same rows, so it is still exactly once. What it cannot
-/// keep is rows another writer inserted into that target partition since the first REPLACE:
-/// replace mode owns the partitions it touches until `commit` is recorded.
+/// parts are the shadow's, or their merge. REPLACE runs again only while everything in the
+/// target partition is explained: the parts it held when the intent was recorded and copies
+/// of the shadow's (not replaced yet, or a crash inside REPLACE, which is not crash-atomic
+/// upstream, left old and new parts). Anything else arrived from elsewhere after the intent
+/// (an INSERT, another load's MOVE), and a REPLACE would silently remove it: the commit stops
+/// instead. Before the intent, REPLACE is the first one and replaces the partition, as the
+/// mode says.
 ///
 /// # Panics
 ///
@@ -1406,12 +1468,15 @@ pub fn decide_partition(mode: Mode, facts: &PartitionFacts) -> PartitionStep {
     if facts.recorded_published {
         return PartitionStep::Skip;
     }
+    let foreign = facts.publish_intent && facts.target_foreign;
     match mode {
         Mode::Append if facts.shadow_rows == facts.planned_rows => PartitionStep::Move,
         Mode::Append if facts.shadow_rows == 0 => PartitionStep::RecordPublished,
         Mode::Append => PartitionStep::Broken,
         Mode::Replace if facts.shadow_rows != facts.planned_rows => PartitionStep::Broken,
         Mode::Replace if facts.target_has_plan_hashes => PartitionStep::RecordPublished,
+        Mode::Replace if foreign && facts.target_merged_plan => PartitionStep::RecordPublished,
+        Mode::Replace if foreign => PartitionStep::Foreign,
         Mode::Replace => PartitionStep::Replace,
     }
 }
@@ -1443,6 +1508,50 @@ impl PartitionBroken {
             planned_rows: facts.planned_rows,
         }
     }
+}
+
+/// A replace load's target partition holds a part this load can neither explain nor remove.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("load {load} partition {partition_id} (replace mode): the target holds part {part} ({rows} rows, hash {hash}), which is neither a copy of the load's shadow nor a part the partition held when its REPLACE was intended: rows arrived from elsewhere (an INSERT, another load) after this load began replacing the partition, and REPLACE again would silently remove them. Nothing was removed; decide what the partition should hold, then re-run commit (after removing the foreign rows) or `chpart abort --force` the load")]
+pub struct ForeignPart {
+    /// The load.
+    pub load: LoadId,
+    /// The ClickHouse partition.
+    pub partition_id: PartitionId,
+    /// The foreign part's name in the target.
+    pub part: String,
+    /// Its `hash_of_all_files`.
+    pub hash: String,
+    /// Its rows.
+    pub rows: u64,
+}
+
+/// One open load in replace mode, as another load of the same table sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenReplaceLoad {
+    /// The load.
+    pub load: LoadId,
+    /// The partitions its recorded plan replaces; `None` before it recorded one.
+    pub planned: Option<BTreeSet<PartitionId>>,
+}
+
+/// The first other open replace load of the table whose plan replaces any of `mine`, with the
+/// partitions both replace (sorted). Two replace loads of one partition would each replace the
+/// other's rows, and the one that REPLACEs last wins silently; a load without a plan yet claims
+/// nothing (it checks against this one when it plans).
+pub fn replace_overlap(
+    mine: &BTreeSet<PartitionId>,
+    others: &[OpenReplaceLoad],
+) -> Option<(LoadId, Vec<PartitionId>)> {
+    others.iter().find_map(|other| {
+        let shared: Vec<PartitionId> = other
+            .planned
+            .as_ref()?
+            .intersection(mine)
+            .cloned()
+            .collect();
+        (!shared.is_empty()).then(|| (other.load.clone(), shared))
+    })
 }
 
 /// One partition whose attached rows differ from the plan.

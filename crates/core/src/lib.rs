@@ -33,9 +33,9 @@ pub mod version;
 pub use commit::{
     commit_phase, decide_part, decide_partition, plan_matches, reconcile_hashes, reconcile_rows,
     validate_winners, CommitEntry, CommitPhase, CommitPlan, CommitProgress, EntryIdError, Expected,
-    HashMismatch, Mode, PartFacts, PartLost, PartStep, PartitionBroken, PartitionFacts,
-    PartitionStep, PlanConflict, PlanError, PlannedPart, PlannedPartition, RowMismatch, Visibility,
-    Winners, WinnersError,
+    ForeignPart, HashMismatch, Mode, PartFacts, PartLost, PartStep, PartitionBroken,
+    PartitionFacts, PartitionStep, PlanConflict, PlanError, PlannedPart, PlannedPartition,
+    RowMismatch, Visibility, Winners, WinnersError,
 };
 pub use fingerprint::{ColumnShape, FingerprintError, TableFingerprint, TableShape};
 pub use ids::{
@@ -47,6 +47,7 @@ pub use manifest::{
 };
 pub use names::{detached_part_name, parse_detached_entry, DetachedEntry, PartName, PartNameError};
 pub use staging::{
-    detached_dir, detached_part_path, AttemptStaging, PathError, RemotePath, StagingLayout,
+    attaching_part_path, detached_dir, detached_part_path, AttemptStaging, PathError, RemotePath,
+    StagingLayout,
 };
 pub use version::{check_local_not_newer, VersionError};

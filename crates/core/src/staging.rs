@@ -311,6 +311,12 @@ pub fn detached_part_path(data_path: &RemotePath, name: &PartName) -> RemotePath
     detached_dir(data_path).child(&name.to_string())
 }
 
+/// `<data_path>/detached/attaching_<name>`: where ATTACH PART holds a part while it attaches
+/// it (and where a server killed inside that ATTACH leaves it).
+pub fn attaching_part_path(data_path: &RemotePath, name: &PartName) -> RemotePath {
+    detached_dir(data_path).child(&format!("attaching_{name}"))
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -10,7 +10,9 @@ use chpart_core::{LoadId, TableName, TableRef};
 use chpart_server::{quote_table, ServerError};
 use sha2::{Digest, Sha256};
 
-use crate::ledger::{kind, LoadSpec, LoadState, Mode, Visibility};
+use chpart_core::commit::{CommitPlan, OpenReplaceLoad, PLAN_ENTRY};
+
+use crate::ledger::{kind, replay, LoadSpec, LoadState, Mode, Visibility};
 use crate::snapshot::TableSnapshot;
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
 
@@ -66,6 +68,14 @@ pub enum BeginError {
         load: LoadId,
         /// Its state (`committed` or `aborted`).
         state: &'static str,
+    },
+    /// Another open load replaces partitions of the same table.
+    #[error("table {table}: load {other} is open in replace mode on it; a replace load owns the partitions it replaces until it is committed or aborted, so another one cannot begin (finish or abort {other} first)")]
+    ReplaceBusy {
+        /// The table.
+        table: TableRef,
+        /// The open replace load.
+        other: LoadId,
     },
     /// The load is open with a different request.
     #[error("load {load} is already open for {existing}; this request is for {requested}")]
@@ -137,6 +147,20 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
             table: req.target.clone(),
             message: "replace mode swaps whole partitions from a shadow table; it needs --visibility partition".into(),
         });
+    }
+    // Which partitions a load replaces is known only at commit (which checks again, against
+    // the other loads' plans); at begin, one open replace load per table.
+    if req.mode == Mode::Replace {
+        if let Some(other) = open_replace_loads(ledger, &req.target, &req.load)
+            .await?
+            .into_iter()
+            .next()
+        {
+            return Err(BeginError::ReplaceBusy {
+                table: req.target.clone(),
+                other: other.load,
+            });
+        }
     }
     let (db, table) = (req.target.database.as_str(), req.target.table.as_str());
     let info = server
@@ -274,6 +298,44 @@ pub async fn stop_merges(
 }
 
 /// The outcome for a load that already has entries, or `None` when it has none.
+/// The open loads in replace mode that target `table`, other than `except`, each with the
+/// partitions its recorded plan replaces (`None` before it has one).
+pub(crate) async fn open_replace_loads(
+    ledger: &Ledger,
+    table: &TableRef,
+    except: &LoadId,
+) -> Result<Vec<OpenReplaceLoad>, LedgerStoreError> {
+    let mut out = Vec::new();
+    for (load_id, entries) in ledger.all_entries().await? {
+        if load_id == except.as_str() {
+            continue;
+        }
+        let view = replay(entries, crate::KNOWN_KINDS)?;
+        let Some(spec) = view.spec.as_ref() else {
+            continue;
+        };
+        if view.state != LoadState::Open || spec.mode != Mode::Replace || &spec.target != table {
+            continue;
+        }
+        let planned = view
+            .entries
+            .iter()
+            .find(|e| e.entry_id == PLAN_ENTRY)
+            .and_then(|e| CommitPlan::from_json(&e.body).ok())
+            .map(|plan| {
+                plan.partitions
+                    .into_iter()
+                    .map(|p| p.partition_id)
+                    .collect()
+            });
+        out.push(OpenReplaceLoad {
+            load: spec.load.clone(),
+            planned,
+        });
+    }
+    Ok(out)
+}
+
 fn existing_outcome(
     state: &LoadState,
     spec: Option<&LoadSpec>,

@@ -16,12 +16,13 @@
 use std::collections::BTreeSet;
 
 use chpart_core::commit::{CommitPlan, CommitProgress, Visibility, PLAN_ENTRY};
-use chpart_core::{LoadId, PartName, StagingLayout, TableRef};
+use chpart_core::{DetachedEntry, LoadId, PartName, RemotePath, StagingLayout};
 use chpart_remote::{RemoteError, RemoteFs};
 use chpart_server::{quote_table, Server, ServerError};
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::{kind, replay, Decision, LoadSpec, LoadState, LoadView};
+use crate::observe::{reclaim, ClaimCheck};
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
 use crate::FailureKind;
 
@@ -196,10 +197,15 @@ pub async fn clean_finished_load(
     } else if dry_run {
         // What the pass below drops; it reads each intent only once the directory is taken.
         for attempt in &attempts {
-            removed.extend(drop_listed_parts(server, &spec.publish, attempt, true).await?);
+            removed.extend(
+                drop_listed_parts(server, fs, spec, attempt, true)
+                    .await?
+                    .removed,
+            );
         }
     }
     let load_dir = staging.load_dir(&spec.load);
+    let mut kept_staging = false;
     for attempt in &attempts {
         let dir = format!("{}/{}", load_dir.as_str(), attempt.attempt);
         if dry_run {
@@ -227,46 +233,117 @@ pub async fn clean_finished_load(
                 })?,
                 ..attempt.clone()
             };
-            removed.extend(drop_listed_parts(server, &spec.publish, &taken_attempt, false).await?);
+            let dropped = drop_listed_parts(server, fs, spec, &taken_attempt, false).await?;
+            removed.extend(dropped.removed);
+            if dropped.held > 0 {
+                // The intent is the only record that these parts are the attempt's: keep it
+                // (in the taken directory, which the next gc finishes) until they are gone.
+                kept_staging = true;
+                tracing::warn!(
+                    "load {}: attempt {}: {} part(s) are claimed by a running ATTACH (detached/attaching_*); kept {taken} for the next gc",
+                    spec.load,
+                    attempt.attempt,
+                    dropped.held
+                );
+                continue;
+            }
         }
         tokio::task::block_in_place(|| fs.remove_all(&taken))
             .map_err(remote(format!("remove {taken}")))?;
         removed.push(Removal::Staging { path: dir });
     }
-    if !dry_run {
+    if !dry_run && !kept_staging {
         tokio::task::block_in_place(|| fs.remove_all(load_dir.as_str()))
             .map_err(remote(format!("remove {load_dir}")))?;
     }
     Ok(removed)
 }
 
-/// Drops the parts an attempt's intent lists that are still in `table`'s detached/.
+/// What [`drop_listed_parts`] did.
+struct Dropped {
+    /// Parts removed (or, with dry run, to remove).
+    removed: Vec<Removal>,
+    /// Listed parts a running ATTACH holds (`attaching_<part>`), left alone.
+    held: usize,
+}
+
+/// Drops the parts an attempt's intent lists that are still in the publish table's detached/
+/// (a finished load's with part visibility, whose publish table is the target), including
+/// those a server killed inside an ATTACH left as `attaching_<part>`: the server refuses to
+/// drop such a name, so a crashed claim (see `chpart_core::commit::claim_crashed`) is first
+/// renamed back to its own name. A claim a running ATTACH may hold is left alone.
 async fn drop_listed_parts(
     server: &Server,
-    table: &TableRef,
+    fs: &dyn RemoteFs,
+    spec: &LoadSpec,
     attempt: &StagedAttempt,
     dry_run: bool,
-) -> Result<Vec<Removal>, CleanupError> {
+) -> Result<Dropped, CleanupError> {
+    let table = &spec.publish;
     let (db, name) = (table.database.as_str(), table.table.as_str());
-    let present: BTreeSet<String> = server
-        .detached_parts(db, name)
-        .await?
-        .into_iter()
+    let entries = server.detached_parts(db, name).await?;
+    let present: BTreeSet<&str> = entries
+        .iter()
         .filter(|d| d.reason.is_none())
-        .map(|d| d.name)
+        .map(|d| d.name.as_str())
         .collect();
-    let mut out = Vec::new();
-    for part in attempt.parts.iter().filter(|p| present.contains(*p)) {
+    // Listed parts held as attaching_<part>, with the leftover's modification time.
+    let claimed: Vec<(PartName, u64)> = entries
+        .iter()
+        .filter_map(|d| match chpart_core::parse_detached_entry(&d.name) {
+            DetachedEntry::Reason {
+                reason: "attaching",
+                inner,
+            } if attempt.parts.contains(&inner) => {
+                inner.parse().ok().map(|p: PartName| (p, d.modified_unix))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut out = Dropped {
+        removed: Vec::new(),
+        held: 0,
+    };
+    let data_path = spec
+        .publish_snapshot
+        .data_paths
+        .first()
+        .and_then(|p| RemotePath::new(p).ok());
+    let mut to_drop: Vec<String> = attempt
+        .parts
+        .iter()
+        .filter(|p| present.contains(p.as_str()))
+        .cloned()
+        .collect();
+    if !claimed.is_empty() {
+        // Read after the observation above: see `claim_crashed`.
+        let check = ClaimCheck::read(server, table).await?;
+        for (part, modified) in claimed {
+            let Some(data_path) = data_path.as_ref().filter(|_| check.crashed(modified)) else {
+                out.held += 1;
+                continue;
+            };
+            if !dry_run {
+                let taken = tokio::task::block_in_place(|| reclaim(fs, data_path, &part))
+                    .map_err(remote(format!("rename detached/attaching_{part} back")))?;
+                if !taken {
+                    continue; // another gc or commit took it meanwhile
+                }
+            }
+            to_drop.push(part.to_string());
+        }
+    }
+    for part in to_drop {
         if !dry_run {
-            match server.drop_detached_part(db, name, part).await {
+            match server.drop_detached_part(db, name, &part).await {
                 Ok(()) => {}
                 Err(e) if e.code() == Some(233) => {} // gone meanwhile
                 Err(e) => return Err(e.into()),
             }
         }
-        out.push(Removal::DetachedPart {
+        out.removed.push(Removal::DetachedPart {
             table: table.to_string(),
-            part: part.clone(),
+            part,
             attempt: attempt.attempt.clone(),
         });
     }

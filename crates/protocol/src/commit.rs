@@ -14,14 +14,14 @@
 //! re-sent after an unclear outcome; the server claims a detached part by renaming it, so a
 //! part can be attached at most once, and the next observation tells what happened.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use chpart_core::commit::{
     commit_phase, decide_part, decide_partition, plan_matches, reconcile_hashes, reconcile_rows,
-    validate_winners, CommitEntry, CommitPhase, CommitPlan, CommitProgress, Expected, PartFacts,
-    PartLost, PartStep, PartitionBroken, PartitionFacts, PartitionStep, PlanConflict, PlanError,
-    RowMismatch, Winners, WinnersError, PLAN_ENTRY,
+    replace_overlap, validate_winners, CommitEntry, CommitPhase, CommitPlan, CommitProgress,
+    Expected, ForeignPart, PartFacts, PartLost, PartStep, PartitionBroken, PartitionFacts,
+    PartitionStep, PlanConflict, PlanError, RowMismatch, Winners, WinnersError, PLAN_ENTRY,
 };
 use chpart_core::{AttemptId, LoadId, PartitionId, RemotePath, StagingLayout, TableRef};
 use chpart_remote::RemoteFs;
@@ -29,7 +29,10 @@ use chpart_server::{quote_str, quote_table, ServerError};
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::{kind, Decision, LoadSpec, LoadState, LoadView, Mode, Visibility};
-use crate::observe::{crash_point, table_parts, verify_part, TableParts, Verify, VerifyError};
+use crate::observe::{
+    crash_point, reclaim, table_parts, verify_part, ActivePart, ClaimCheck, TableParts, Verify,
+    VerifyError,
+};
 use crate::snapshot::TableSnapshot;
 use crate::store::{Ledger, LedgerStoreError};
 use crate::FailureKind;
@@ -224,13 +227,40 @@ pub enum CommitError {
     /// A partition is in a state chpart cannot explain.
     #[error(transparent)]
     PartitionBroken(Box<PartitionBroken>),
+    /// Another open replace load of the table has planned some of this load's partitions.
+    #[error("load {load}: load {other} is open in replace mode on {table} and has planned partition(s) {} too; each would replace the other's rows. Nothing was replaced: finish or abort {other} first, then re-run commit", .partitions.join(", "))]
+    ReplaceOverlap {
+        /// The load.
+        load: LoadId,
+        /// The target table.
+        table: TableRef,
+        /// The other load.
+        other: LoadId,
+        /// The partitions both plan.
+        partitions: Vec<String>,
+    },
+    /// A replace load's target partition holds rows from elsewhere.
+    #[error(transparent)]
+    ForeignPart(Box<ForeignPart>),
     /// Another process holds a part for too long.
-    #[error("load {load}: part {part} stays claimed (detached/attaching_{part}) by another commit or a crashed ATTACH; re-run commit later")]
+    #[error("load {load}: part {part} stays claimed (detached/attaching_{part}) by an ATTACH that is still running, or that no server restart ended, or that chpart did not send (no attach intent); re-run commit later")]
     Stuck {
         /// The load.
         load: LoadId,
         /// The part.
         part: String,
+    },
+    /// Taking back a crashed ATTACH's claim failed.
+    #[error("load {load}: part {part}: renaming {path} back to its name (a claim left by an ATTACH that died with its server): {source}")]
+    Reclaim {
+        /// The load.
+        load: LoadId,
+        /// The part.
+        part: String,
+        /// The leftover's path.
+        path: String,
+        /// The error.
+        source: Box<chpart_remote::RemoteError>,
     },
     /// The load's spec cannot be committed by this chpart.
     #[error("load {load}: {message}")]
@@ -271,6 +301,7 @@ impl CommitError {
             CommitError::Stuck { .. } | CommitError::PendingMutations { .. } => {
                 FailureKind::Retryable
             }
+            CommitError::Reclaim { source, .. } if source.is_transient() => FailureKind::Retryable,
             _ => FailureKind::Permanent,
         }
     }
@@ -529,7 +560,7 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         match commit_phase(Some(&plan), &progress) {
             CommitPhase::NeedsPlan => unreachable!("the plan is recorded above"),
             CommitPhase::AttachParts { .. } => {
-                attached_now += attach_parts(env, &spec, &plan, &mut progress).await?;
+                attached_now += attach_parts(env, &spec, &plan, &mut progress, &data_path).await?;
                 // Continue from the ledger as reconcile read it: a concurrent commit may have
                 // moved on meanwhile.
                 let (read, observed) = reconcile_attached(env, &spec, &plan, verify).await?;
@@ -544,6 +575,9 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
                 observed_shadow = Some(observed);
             }
             CommitPhase::PublishPartitions { .. } => {
+                if spec.mode == Mode::Replace {
+                    check_replace_overlap(env, &spec, &plan, &progress).await?;
+                }
                 if !decided {
                     decide_commit(env, &load).await?;
                     decided = true;
@@ -649,12 +683,14 @@ async fn verify_waiting_parts(
 /// one ledger INSERT, sends that batch's ATTACHes a few at a time, and records their outcomes in
 /// one INSERT: a part still costs one ATTACH, but the ledger costs two writes per batch, not per
 /// part. A crash anywhere in between leaves intents whose parts are either still in detached/
-/// (attached on resume) or gone without a leftover (recorded as attached on resume).
+/// (attached on resume) or gone without a leftover (recorded as attached on resume); a server
+/// killed inside an ATTACH leaves `attaching_<part>`, taken back once nothing holds it.
 async fn attach_parts(
     env: &CommitEnv<'_>,
     spec: &LoadSpec,
     plan: &CommitPlan,
     progress: &mut CommitProgress,
+    data_path: &RemotePath,
 ) -> Result<usize, CommitError> {
     let server = env.ledger.server();
     let mut attached = 0;
@@ -673,6 +709,15 @@ async fn attach_parts(
                 "ATTACH PART {part}: {error}; deciding again from what the server shows"
             );
         }
+        // A leftover is judged by what the server says after this observation (see
+        // `claim_crashed`); asked only when there is one to judge.
+        let leftover = plan.parts.iter().any(|p| {
+            !progress.attached.contains(&p.name) && observed.attaching.contains(&p.name.to_string())
+        });
+        let claims = match leftover {
+            true => Some(ClaimCheck::read(server, &spec.publish).await?),
+            false => None,
+        };
         // Decide from the ledger as last read; a part that looks lost is decided again from
         // a ledger read made after this observation.
         let mut fresh = false;
@@ -688,6 +733,13 @@ async fn attach_parts(
                         in_detached: observed.detached.contains(&name),
                         attaching_leftover: observed.attaching.contains(&name),
                         ledger_read_after_observation: fresh,
+                        claim_predates_server_start: claims.is_some_and(|c| {
+                            observed
+                                .attaching_modified
+                                .get(&name)
+                                .is_some_and(|m| c.predates_server_start(*m))
+                        }),
+                        attach_running: claims.is_some_and(|c| c.attach_running),
                     };
                     (part, decide_part(&facts))
                 })
@@ -701,12 +753,14 @@ async fn attach_parts(
         let mut waiting = None;
         let mut vanished = Vec::new();
         let mut to_attach = Vec::new();
+        let mut to_reclaim = Vec::new();
         for (part, step) in steps {
             match step {
                 PartStep::Skip => {}
                 PartStep::RecordAttached => vanished.push(CommitEntry::Attached(part.name.clone())),
                 PartStep::Attach => to_attach.push(part.name.clone()),
                 PartStep::Wait => waiting = Some(part.name.to_string()),
+                PartStep::Reclaim => to_reclaim.push(part.name.clone()),
                 PartStep::ReadLedger => unreachable!("decided again from a fresh ledger read"),
                 PartStep::Lost => {
                     return Err(CommitError::PartLost(Box::new(PartLost::new(plan, part))))
@@ -714,6 +768,22 @@ async fn attach_parts(
             }
         }
         record_many(env, &spec.load, progress, vanished, kind::PART_ATTACHED).await?;
+        for part in &to_reclaim {
+            let taken =
+                tokio::task::block_in_place(|| reclaim(env.fs, data_path, part)).map_err(|e| {
+                    CommitError::Reclaim {
+                        load: spec.load.clone(),
+                        part: part.to_string(),
+                        path: chpart_core::attaching_part_path(data_path, part).to_string(),
+                        source: Box::new(e),
+                    }
+                })?;
+            if taken {
+                tracing::warn!(
+                    "part {part}: took back detached/attaching_{part}, claimed by an ATTACH that died with the server (restarted since); attaching it again"
+                );
+            }
+        }
         for batch in to_attach.chunks(ATTACH_BATCH) {
             let intents = batch
                 .iter()
@@ -730,7 +800,9 @@ async fn attach_parts(
             }
             failed.extend(errors);
         }
-        match waiting {
+        // Parts taken back are attached by the next round, at once.
+        let reclaimed = to_reclaim.first().map(ToString::to_string);
+        match waiting.or(reclaimed.clone()) {
             None => return Ok(attached),
             Some(part) if round + 1 == MAX_ROUNDS => {
                 return Err(CommitError::Stuck {
@@ -738,6 +810,7 @@ async fn attach_parts(
                     part,
                 })
             }
+            Some(_) if reclaimed.is_some() => {}
             Some(_) => tokio::time::sleep(ROUND_PAUSE).await,
         }
     }
@@ -920,6 +993,83 @@ async fn reconcile_attached(
     Ok((progress, observed))
 }
 
+/// Replace mode, before this load's first REPLACE of any partition: no other open replace load
+/// of the table has planned one of its partitions (`begin` allows one open replace load per
+/// table, but two begins racing both pass). Partitions already intended were checked before.
+async fn check_replace_overlap(
+    env: &CommitEnv<'_>,
+    spec: &LoadSpec,
+    plan: &CommitPlan,
+    progress: &CommitProgress,
+) -> Result<(), CommitError> {
+    let mine: BTreeSet<PartitionId> = plan
+        .partitions
+        .iter()
+        .map(|p| p.partition_id.clone())
+        .filter(|id| !progress.publish_intents.contains(id))
+        .collect();
+    if mine.is_empty() {
+        return Ok(());
+    }
+    let others = crate::begin::open_replace_loads(env.ledger, &spec.target, &spec.load).await?;
+    match replace_overlap(&mine, &others) {
+        None => Ok(()),
+        Some((other, partitions)) => Err(CommitError::ReplaceOverlap {
+            load: spec.load.clone(),
+            table: spec.target.clone(),
+            other,
+            partitions: partitions.iter().map(ToString::to_string).collect(),
+        }),
+    }
+}
+
+/// Marks a MOVE among the publish statements (a REPLACE carries the target's highest block).
+const MOVE: u64 = u64::MAX;
+
+/// The recorded `publish:<id>` intents of a load, with the target's highest block number each
+/// recorded (`None` for an intent without it: every part not a copy counts as arrived since).
+fn replace_intents(view: &LoadView) -> BTreeMap<PartitionId, Option<u64>> {
+    view.entries
+        .iter()
+        .filter_map(|e| match CommitEntry::parse(&e.entry_id) {
+            Ok(Some(CommitEntry::PublishIntent(id))) => {
+                let body: Option<serde_json::Value> = serde_json::from_str(&e.body).ok();
+                let max = body.and_then(|b| b.get("target_max_block")?.as_u64());
+                Some((id, max))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// What of a replace load's target partition cannot be explained by its REPLACE.
+struct Arrived<'a> {
+    /// The first part that is neither a copy of the shadow's nor covers only blocks handed
+    /// out before the intent (see `PartitionFacts::target_foreign`).
+    first: Option<&'a ActivePart>,
+    /// Every such part is a merge, no old part is left and the rows are the plan's.
+    merged_plan: bool,
+}
+
+fn arrived_since_intent<'a>(
+    target: &'a [ActivePart],
+    shadow_hashes: &[String],
+    intent_max_block: Option<u64>,
+    planned_rows: u64,
+) -> Arrived<'a> {
+    let copy = |p: &ActivePart| shadow_hashes.contains(&p.hash);
+    let old = |p: &ActivePart| intent_max_block.is_some_and(|m| p.max_block <= m);
+    let mut arrived = target.iter().filter(|p| !copy(p) && !old(p)).peekable();
+    let first = arrived.peek().copied();
+    let merges_only = arrived.all(|p| p.level > 0);
+    Arrived {
+        first,
+        merged_plan: merges_only
+            && !target.iter().any(|p| !copy(p) && old(p))
+            && target.iter().map(|p| p.rows).sum::<u64>() == planned_rows,
+    }
+}
+
 /// Moves (append) or swaps in (replace) each partition from the shadow into the target.
 ///
 /// `observed` is an observation of the shadow made before `progress` was read from the ledger
@@ -946,11 +1096,32 @@ async fn publish_partitions(
             Mode::Replace => Some(table_parts(server, &spec.target).await?),
             Mode::Append => None,
         };
+        // Replace: the intents (and the blocks the target had handed out when each was
+        // recorded), read after the observation, so an intent missing here means no REPLACE
+        // of that partition had been sent before it.
+        let intents = match spec.mode {
+            Mode::Replace => {
+                replace_intents(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)
+            }
+            Mode::Append => BTreeMap::new(),
+        };
         let mut confirmed = Vec::new();
         let mut statements = Vec::new();
         for partition in &plan.partitions {
             let pid = partition.partition_id.as_str();
             let shadow_hashes = in_shadow.hashes_by_partition.get(pid);
+            let target_parts = in_target
+                .as_ref()
+                .and_then(|t| t.parts_by_partition.get(pid))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let intent = intents.get(&partition.partition_id);
+            let arrived = arrived_since_intent(
+                target_parts,
+                shadow_hashes.map(Vec::as_slice).unwrap_or_default(),
+                intent.copied().flatten(),
+                partition.rows,
+            );
             let facts = PartitionFacts {
                 recorded_published: progress.published.contains(&partition.partition_id),
                 shadow_rows: in_shadow.rows_by_partition.get(pid).copied().unwrap_or(0),
@@ -958,14 +1129,19 @@ async fn publish_partitions(
                 target_has_plan_hashes: in_target.as_ref().is_some_and(|t| {
                     shadow_hashes.is_some() && t.hashes_by_partition.get(pid) == shadow_hashes
                 }),
+                publish_intent: intent.is_some(),
+                target_foreign: arrived.first.is_some(),
+                target_merged_plan: arrived.merged_plan,
             };
             let id = partition.partition_id.clone();
+            // Replace: the blocks the target partition has handed out so far, for the intent.
+            let max_block = target_parts.iter().map(|p| p.max_block).max().unwrap_or(0);
             match decide_partition(spec.mode, &facts) {
                 PartitionStep::Skip => {}
                 PartitionStep::RecordPublished => confirmed.push(CommitEntry::Published(id)),
                 PartitionStep::Move => statements.push((
                     id,
-                    true,
+                    MOVE,
                     format!(
                         "ALTER TABLE {shadow} MOVE PARTITION ID {} TO TABLE {target}",
                         quote_str(pid)
@@ -973,12 +1149,22 @@ async fn publish_partitions(
                 )),
                 PartitionStep::Replace => statements.push((
                     id,
-                    false,
+                    max_block,
                     format!(
                         "ALTER TABLE {target} REPLACE PARTITION ID {} FROM {shadow}",
                         quote_str(pid)
                     ),
                 )),
+                PartitionStep::Foreign => {
+                    let part = arrived.first.expect("decided from a foreign part");
+                    return Err(CommitError::ForeignPart(Box::new(ForeignPart {
+                        load: spec.load.clone(),
+                        partition_id: partition.partition_id.clone(),
+                        part: part.name.clone(),
+                        hash: part.hash.clone(),
+                        rows: part.rows,
+                    })));
+                }
                 PartitionStep::Broken => {
                     return Err(CommitError::PartitionBroken(Box::new(
                         PartitionBroken::new(plan, &partition.partition_id, &facts),
@@ -995,14 +1181,30 @@ async fn publish_partitions(
         )
         .await?;
         let again = !statements.is_empty();
-        let intents = statements
+        // A replace intent's body holds the target partition's highest block number so far:
+        // whatever covers a higher one and is not a copy of the shadow's arrived since.
+        let rows: Vec<(String, &str, String)> = statements
             .iter()
-            .map(|(id, _, _)| CommitEntry::PublishIntent(id.clone()))
+            .map(|(id, max_block, _)| {
+                let body = match *max_block {
+                    MOVE => "{}".to_owned(),
+                    max => serde_json::json!({ "target_max_block": max }).to_string(),
+                };
+                (
+                    CommitEntry::PublishIntent(id.clone()).id(),
+                    kind::PUBLISH_INTENT,
+                    body,
+                )
+            })
             .collect();
-        record_many(env, &spec.load, progress, intents, kind::PUBLISH_INTENT).await?;
+        env.ledger.append_many(&spec.load, &rows).await?;
+        for (id, _, _) in &statements {
+            progress.record(CommitEntry::PublishIntent(id.clone()));
+        }
         let mut moved = Vec::new();
         let mut unconfirmed = false;
-        for (id, is_move, sql) in statements {
+        for (id, max_block, sql) in statements {
+            let is_move = max_block == MOVE;
             crash_point("before-publish");
             server.execute(&sql).await?;
             crash_point("after-publish");

@@ -18,6 +18,8 @@ pub struct TableParts {
     pub detached: HashSet<String>,
     /// Names whose `attaching_<name>` directory exists: an ATTACH in flight, or a crashed one.
     pub attaching: HashSet<String>,
+    /// When each `attaching_<name>` directory was last modified (unix seconds).
+    pub attaching_modified: HashMap<String, u64>,
     /// Active parts' `hash_of_all_files`, with how many active parts have it.
     pub active_hashes: HashMap<String, u32>,
     /// Active rows per partition id.
@@ -26,6 +28,23 @@ pub struct TableParts {
     pub hashes_by_partition: HashMap<String, Vec<String>>,
     /// Partition ids with an active part of level > 0: the server merged parts there.
     pub merged_partitions: HashSet<String>,
+    /// Active parts per partition id.
+    pub parts_by_partition: HashMap<String, Vec<ActivePart>>,
+}
+
+/// An active part as `system.parts` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivePart {
+    /// Its name in the table.
+    pub name: String,
+    /// Its `hash_of_all_files`.
+    pub hash: String,
+    /// Its rows.
+    pub rows: u64,
+    /// Its merge level (0: never merged).
+    pub level: u64,
+    /// The highest block number it covers.
+    pub max_block: u64,
 }
 
 /// Reads `system.detached_parts` and the active `system.parts` of `table` (one query).
@@ -39,6 +58,8 @@ pub async fn table_parts(server: &Server, table: &TableRef) -> Result<TableParts
                     reason: "attaching",
                     inner,
                 } => {
+                    out.attaching_modified
+                        .insert(inner.clone(), row.modified_unix);
                     out.attaching.insert(inner);
                 }
                 DetachedEntry::Part(_) if row.reason.is_empty() => {
@@ -57,6 +78,16 @@ pub async fn table_parts(server: &Server, table: &TableRef) -> Result<TableParts
         if row.level > 0 {
             out.merged_partitions.insert(row.partition_id.clone());
         }
+        out.parts_by_partition
+            .entry(row.partition_id.clone())
+            .or_default()
+            .push(ActivePart {
+                name: row.name,
+                hash: row.hash_of_all_files.clone(),
+                rows: row.rows,
+                level: row.level,
+                max_block: row.max_block,
+            });
         out.hashes_by_partition
             .entry(row.partition_id)
             .or_default()
@@ -66,6 +97,60 @@ pub async fn table_parts(server: &Server, table: &TableRef) -> Result<TableParts
         hashes.sort();
     }
     Ok(out)
+}
+
+/// What tells a crashed ATTACH's claim (`detached/attaching_<name>`) from a live one, read
+/// *after* the table was observed (see `chpart_core::commit::claim_crashed` for why that order
+/// makes "no ATTACH running" a proof).
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimCheck {
+    /// When the running server started (unix seconds).
+    pub server_started_unix: u64,
+    /// An ATTACH query on the table is running.
+    pub attach_running: bool,
+}
+
+impl ClaimCheck {
+    /// Reads the server's start time and the ATTACHes running on `table`. Call it after
+    /// observing `table`, and only when that observation holds a leftover to decide.
+    pub async fn read(server: &Server, table: &TableRef) -> Result<ClaimCheck, ServerError> {
+        let activity = server.attach_activity(table.table.as_str()).await?;
+        Ok(ClaimCheck {
+            server_started_unix: activity.started_unix,
+            attach_running: activity.attaching > 0,
+        })
+    }
+
+    /// Whether a leftover last modified at `modified_unix` was modified no later than the
+    /// server started (whole seconds on both sides, so `<=`: a crashed claim always passes).
+    pub fn predates_server_start(&self, modified_unix: u64) -> bool {
+        modified_unix <= self.server_started_unix
+    }
+
+    /// Whether a leftover last modified at `modified_unix` is a crashed claim nothing holds.
+    pub fn crashed(&self, modified_unix: u64) -> bool {
+        chpart_core::commit::claim_crashed(
+            self.predates_server_start(modified_unix),
+            self.attach_running,
+        )
+    }
+}
+
+/// Renames a crashed claim `detached/attaching_<name>` back to `detached/<name>` (never over an
+/// existing directory). `Ok(false)` when another process got there first (the leftover is gone,
+/// or `<name>` exists again): the caller observes again.
+pub fn reclaim(
+    fs: &dyn RemoteFs,
+    data_path: &RemotePath,
+    name: &chpart_core::PartName,
+) -> Result<bool, RemoteError> {
+    let from = chpart_core::attaching_part_path(data_path, name);
+    let to = chpart_core::detached_part_path(data_path, name);
+    match fs.rename_noreplace(from.as_str(), to.as_str()) {
+        Ok(()) => Ok(true),
+        Err(RemoteError::NotFound { .. } | RemoteError::AlreadyExists { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// How thoroughly a published part is compared with its manifest before anything of it becomes

@@ -113,6 +113,8 @@ pub struct DetachedPartInfo {
     pub path: String,
     /// Bytes on disk.
     pub bytes_on_disk: u64,
+    /// The directory's modification time (unix seconds).
+    pub modified_unix: u64,
 }
 
 /// One row of [`Server::table_state`]: a `detached/` entry or an active part.
@@ -130,8 +132,21 @@ pub struct StateRow {
     pub rows: u64,
     /// `hash_of_all_files` of an active part (empty for detached entries).
     pub hash_of_all_files: String,
-    /// Merge level of an active part (0: as attached, never merged; 0 for detached entries).
-    pub level: u32,
+    /// A detached entry's directory modification time (unix seconds; 0 for active parts).
+    pub modified_unix: u64,
+    /// An active part's merge level (0 for detached entries).
+    pub level: u64,
+    /// An active part's highest block number (0 for detached entries).
+    pub max_block: u64,
+}
+
+/// What [`Server::attach_activity`] reports: what tells a crashed ATTACH's claim from a live one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Row, Deserialize)]
+pub struct AttachActivity {
+    /// When the running server started (unix seconds, `now() - uptime()`: whole seconds).
+    pub started_unix: u64,
+    /// Queries other than this one running an ALTER ... ATTACH that names the table.
+    pub attaching: u64,
 }
 
 /// One row of [`Server::check_parts`]: the server's verdict on one active part.
@@ -369,7 +384,8 @@ impl Server {
         table: &str,
     ) -> Result<Vec<DetachedPartInfo>, ServerError> {
         let sql = "SELECT name, partition_id, nullIf(reason, '') AS reason, disk, path, \
-                   toUInt64(bytes_on_disk) AS bytes_on_disk \
+                   toUInt64(bytes_on_disk) AS bytes_on_disk, \
+                   toUInt64(toUnixTimestamp(modification_time)) AS modified_unix \
                    FROM system.detached_parts WHERE database = {db:String} AND table = {t:String} ORDER BY name";
         self.fetch(sql, &[("db", database), ("t", table)]).await
     }
@@ -431,12 +447,33 @@ impl Server {
     ) -> Result<Vec<StateRow>, ServerError> {
         let sql = "SELECT true AS detached, name, ifNull(partition_id, '') AS partition_id, \
                    ifNull(reason, '') AS reason, toUInt64(0) AS rows, '' AS hash_of_all_files, \
-                   toUInt32(0) AS level \
+                   toUInt64(toUnixTimestamp(modification_time)) AS modified_unix, \
+                   toUInt64(0) AS level, toUInt64(0) AS max_block \
                    FROM system.detached_parts WHERE database = {db:String} AND table = {t:String} \
                    UNION ALL \
-                   SELECT false, name, partition_id, '', toUInt64(rows), hash_of_all_files, toUInt32(level) \
+                   SELECT false, name, partition_id, '', toUInt64(rows), hash_of_all_files, toUInt64(0), \
+                   toUInt64(level), toUInt64(max_block_number) \
                    FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active";
         self.fetch(sql, &[("db", database), ("t", table)]).await
+    }
+
+    /// The server's start time and the ATTACH queries running on `table` (by its name in the
+    /// query text, so any database, any part and `ATTACH PARTITION` too: a false match only
+    /// makes a caller wait). An ATTACH holds its claim on a detached part (`attaching_<name>`)
+    /// only while its query runs, and a running query is in `system.processes`.
+    pub async fn attach_activity(&self, table: &str) -> Result<AttachActivity, ServerError> {
+        let sql = "SELECT toUInt64(toUnixTimestamp(now()) - uptime()) AS started_unix, \
+                   toUInt64(count()) AS attaching FROM system.processes \
+                   WHERE query_id != queryID() AND query_kind = 'Alter' \
+                   AND positionCaseInsensitive(query, 'ATTACH') > 0 AND position(query, {t:String}) > 0";
+        let rows: Vec<AttachActivity> = self.fetch(sql, &[("t", table)]).await?;
+        rows.into_iter()
+            .next()
+            .ok_or_else(|| ServerError::Protocol {
+                endpoint: self.endpoint.clone(),
+                detail: "an aggregate without GROUP BY returned no row".into(),
+                statement: short(sql),
+            })
     }
 
     /// Definition, columns and pending mutations of several tables in three queries (not

@@ -197,6 +197,17 @@ impl ClickHouse {
         }
     }
 
+    /// Kills the server with SIGKILL (no shutdown of any kind: what a crash or the OOM killer
+    /// does) and waits until it is gone. [`ClickHouse::restart`] then starts it again on the
+    /// same data. Only for a server of the test's own: never the [`shared`] one.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        drop(self.stdin.take());
+    }
+
     /// Stops the server and starts a new one on the same data directory (new ports).
     pub fn restart(mut self) -> ClickHouse {
         self.stop();

@@ -795,62 +795,110 @@ fn progress_from_entry_ids() {
 #[test]
 fn decide_part_table() {
     use PartStep::*;
-    let f = |recorded_attached, attach_intent, in_detached, attaching_leftover, fresh| PartFacts {
+    // A leftover's two extra facts: (claim predates the server's start, an ATTACH is running).
+    const NO_LEFTOVER: (bool, bool) = (false, false);
+    const LIVE: (bool, bool) = (false, true);
+    const CRASHED: (bool, bool) = (true, false);
+    let f = |recorded_attached,
+             attach_intent,
+             in_detached,
+             attaching_leftover,
+             fresh,
+             (claim_predates_server_start, attach_running): (bool, bool)| PartFacts {
         recorded_attached,
         attach_intent,
         in_detached,
         attaching_leftover,
         ledger_read_after_observation: fresh,
+        claim_predates_server_start,
+        attach_running,
     };
     // (situation, facts: recorded, intent, in detached, attaching_ leftover, ledger read after
-    // the observation)
+    // the observation, (leftover older than the server, ATTACH running))
     let rows = [
-        ("not started", f(false, false, true, false, false), Attach),
+        (
+            "not started",
+            f(false, false, true, false, false, NO_LEFTOVER),
+            Attach,
+        ),
         (
             "intent written, ATTACH not sent",
-            f(false, true, true, false, false),
+            f(false, true, true, false, false, NO_LEFTOVER),
             Attach,
         ),
         (
             "ATTACH failed before claiming it",
-            f(false, true, true, false, true),
+            f(false, true, true, false, true, NO_LEFTOVER),
             Attach,
         ),
-        ("ATTACH in flight", f(false, true, false, true, false), Wait),
         (
-            "server died inside ATTACH",
-            f(false, true, false, true, false),
+            "ATTACH in flight",
+            f(false, true, false, true, false, LIVE),
+            Wait,
+        ),
+        (
+            "ATTACH in flight, claimed an instant ago (the rename kept the old mtime)",
+            f(false, true, false, true, false, (true, true)),
+            Wait,
+        ),
+        (
+            "a leftover made after the server started, no ATTACH running: not a restart's",
+            f(false, true, false, true, false, (false, false)),
+            Wait,
+        ),
+        (
+            "server killed inside ATTACH and restarted: take the claim back",
+            f(false, true, false, true, false, CRASHED),
+            Reclaim,
+        ),
+        (
+            "server killed inside ATTACH, ledger read after the observation",
+            f(false, true, false, true, true, CRASHED),
+            Reclaim,
+        ),
+        (
+            "a crashed claim chpart never intended (someone's ATTACH PARTITION): not ours",
+            f(false, false, false, true, true, CRASHED),
+            Wait,
+        ),
+        (
+            "a crashed claim and a copy re-published in detached/",
+            f(false, true, true, true, false, CRASHED),
             Wait,
         ),
         (
             "attached (then perhaps merged or moved), not recorded",
-            f(false, true, false, false, false),
+            f(false, true, false, false, false, NO_LEFTOVER),
             RecordAttached,
         ),
-        ("recorded", f(true, true, false, false, false), Skip),
+        (
+            "recorded",
+            f(true, true, false, false, false, NO_LEFTOVER),
+            Skip,
+        ),
         (
             "recorded, then moved away",
-            f(true, true, false, false, true),
+            f(true, true, false, false, true, NO_LEFTOVER),
             Skip,
         ),
         (
             "gone, ledger read before the observation: a concurrent commit may have attached it",
-            f(false, false, false, false, false),
+            f(false, false, false, false, false, NO_LEFTOVER),
             ReadLedger,
         ),
         (
             "a concurrent commit attached, moved and merged it after our ledger read",
-            f(false, false, false, false, false),
+            f(false, false, false, false, false, NO_LEFTOVER),
             ReadLedger,
         ),
         (
             "gone, and a ledger read after the observation has no intent: removed by someone",
-            f(false, false, false, false, true),
+            f(false, false, false, false, true, NO_LEFTOVER),
             Lost,
         ),
         (
             "a copy re-published while another ATTACH holds one",
-            f(false, true, true, true, false),
+            f(false, true, true, true, false, LIVE),
             Wait,
         ),
     ];
@@ -860,15 +908,11 @@ fn decide_part_table() {
     // Every combination: ATTACH is sent only for a part sitting in detached/ that no ATTACH
     // holds and that is not recorded; a part is recorded attached only once it left detached/
     // without a leftover and with an intent; it is lost only by a ledger read made after the
-    // observation.
-    for bits in 0..32u8 {
-        let facts = f(
-            bits & 1 != 0,
-            bits & 2 != 0,
-            bits & 4 != 0,
-            bits & 8 != 0,
-            bits & 16 != 0,
-        );
+    // observation; a leftover is taken back only when it is this load's claim, older than the
+    // server and no ATTACH runs.
+    for bits in 0..128u8 {
+        let bit = |i: u8| bits & (1 << i) != 0;
+        let facts = f(bit(0), bit(1), bit(2), bit(3), bit(4), (bit(5), bit(6)));
         let step = decide_part(&facts);
         assert_eq!(step == Skip, facts.recorded_attached, "{facts:?}");
         if step == Attach {
@@ -881,12 +925,22 @@ fn decide_part_table() {
             assert!(!facts.in_detached && !facts.attaching_leftover, "{facts:?}");
             assert!(facts.attach_intent, "{facts:?}");
         }
-        if step == Wait {
+        if step == Wait || step == Reclaim {
             assert!(
                 facts.attaching_leftover && !facts.recorded_attached,
                 "{facts:?}"
             );
         }
+        assert_eq!(
+            step == Reclaim,
+            facts.attaching_leftover
+                && !facts.recorded_attached
+                && facts.attach_intent
+                && !facts.in_detached
+                && facts.claim_predates_server_start
+                && !facts.attach_running,
+            "{facts:?}"
+        );
         if step == Lost || step == ReadLedger {
             assert!(
                 !facts.in_detached && !facts.attaching_leftover && !facts.attach_intent,
@@ -933,13 +987,26 @@ fn part_lost_message() {
 #[test]
 fn decide_partition_table() {
     use Mode::{Append, Replace as ReplaceMode};
-    use PartitionStep::{Broken, Move, RecordPublished, Replace, Skip};
+    use PartitionStep::{Broken, Foreign, Move, RecordPublished, Replace, Skip};
     let f = |recorded_published, shadow_rows, target_has_plan_hashes| PartitionFacts {
         recorded_published,
         shadow_rows,
         planned_rows: 100,
         target_has_plan_hashes,
+        ..PartitionFacts::default()
     };
+    // Replace mode after the intent: (target holds a part neither old nor the shadow's, all such
+    // parts are merges of exactly the planned rows).
+    let after_intent =
+        |facts: PartitionFacts, (target_foreign, target_merged_plan)| PartitionFacts {
+            publish_intent: true,
+            target_foreign,
+            target_merged_plan,
+            ..facts
+        };
+    const EXPLAINED: (bool, bool) = (false, false);
+    const ARRIVED: (bool, bool) = (true, false);
+    const MERGED: (bool, bool) = (true, true);
     // (situation, mode, facts: recorded, shadow rows of 100 planned, target hashes = shadow's)
     let rows = [
         ("append: not moved yet", Append, f(false, 100, false), Move),
@@ -993,10 +1060,55 @@ fn decide_partition_table() {
             Replace,
         ),
         (
-            "replace: replaced, then merged in the target",
+            "replace: REPLACE sent, the target merged its copies since",
             ReplaceMode,
-            f(false, 100, false),
+            after_intent(f(false, 100, false), MERGED),
+            RecordPublished,
+        ),
+        (
+            "replace: crashed inside REPLACE, old and new parts both active",
+            ReplaceMode,
+            after_intent(f(false, 100, false), EXPLAINED),
             Replace,
+        ),
+        (
+            "replace: intent written, REPLACE not sent: the old parts are still there",
+            ReplaceMode,
+            after_intent(f(false, 100, false), EXPLAINED),
+            Replace,
+        ),
+        (
+            "replace: replaced, then another process inserted into the partition",
+            ReplaceMode,
+            after_intent(f(false, 100, false), ARRIVED),
+            Foreign,
+        ),
+        (
+            "replace: replaced, rows inserted since and merged with the copies",
+            ReplaceMode,
+            after_intent(f(false, 100, false), ARRIVED),
+            Foreign,
+        ),
+        (
+            "replace: intent written, rows arrived before the REPLACE was sent (cannot tell)",
+            ReplaceMode,
+            after_intent(f(false, 100, false), ARRIVED),
+            Foreign,
+        ),
+        (
+            "replace: rows inserted before this load's first intent: REPLACE owns the partition",
+            ReplaceMode,
+            PartitionFacts {
+                target_foreign: true,
+                ..f(false, 100, false)
+            },
+            Replace,
+        ),
+        (
+            "replace: replaced and recorded, rows inserted since: not this load's any more",
+            ReplaceMode,
+            after_intent(f(true, 100, false), ARRIVED),
+            Skip,
         ),
         ("replace: recorded", ReplaceMode, f(true, 100, true), Skip),
         (
@@ -1020,6 +1132,66 @@ fn decide_partition_table() {
     ];
     for (row, mode, facts, want) in rows {
         assert_eq!(decide_partition(mode, &facts), want, "{row}");
+    }
+    // Every combination: a REPLACE after the intent never meets an unexplained part.
+    for bits in 0..32u8 {
+        let bit = |i: u8| bits & (1 << i) != 0;
+        let facts = PartitionFacts {
+            recorded_published: bit(0),
+            shadow_rows: 100,
+            planned_rows: 100,
+            target_has_plan_hashes: bit(1),
+            publish_intent: bit(2),
+            target_foreign: bit(3),
+            target_merged_plan: bit(4),
+        };
+        if decide_partition(ReplaceMode, &facts) == Replace {
+            assert!(!(facts.publish_intent && facts.target_foreign), "{facts:?}");
+        }
+    }
+}
+
+#[test]
+fn replace_overlap_table() {
+    let ids =
+        |s: &[&str]| -> BTreeSet<PartitionId> { s.iter().map(|p| p.parse().unwrap()).collect() };
+    let other = |load: &str, planned: Option<&[&str]>| OpenReplaceLoad {
+        load: load.parse().unwrap(),
+        planned: planned.map(ids),
+    };
+    let mine = ids(&["202601", "202602"]);
+    // (situation, other open replace loads of the table, the conflict)
+    type Row<'a> = (
+        &'a str,
+        Vec<OpenReplaceLoad>,
+        Option<(&'a str, Vec<&'a str>)>,
+    );
+    let rows: Vec<Row> = vec![
+        ("no other load", vec![], None),
+        ("another load not planned yet", vec![other("b", None)], None),
+        (
+            "another load replaces other partitions",
+            vec![other("b", Some(&["202603"]))],
+            None,
+        ),
+        (
+            "another load replaces one of them",
+            vec![other("b", Some(&["202602", "202603"]))],
+            Some(("b", vec!["202602"])),
+        ),
+        (
+            "the first overlapping load is named",
+            vec![
+                other("b", Some(&["202604"])),
+                other("c", Some(&["202601", "202602"])),
+                other("d", Some(&["202601"])),
+            ],
+            Some(("c", vec!["202601", "202602"])),
+        ),
+    ];
+    for (row, others, want) in rows {
+        let want = want.map(|(l, p)| (l.parse().unwrap(), ids(&p).into_iter().collect()));
+        assert_eq!(replace_overlap(&mine, &others), want, "{row}");
     }
 }
 
@@ -1378,10 +1550,19 @@ fn crash_point_table() {
             "published 202601",
         ),
         (
-            "replace: after the REPLACE, target merged since: REPLACE again",
+            "replace: after the REPLACE, target merged since: the merge is recorded published",
             Partition,
             Replace,
             Some("REPLACE 202601"),
+            Target,
+            "PublishPartitions(2)",
+            "published 202601",
+        ),
+        (
+            "replace: after the intent, old parts merged before the REPLACE: REPLACE",
+            Partition,
+            Replace,
+            Some("intent 202601"),
             Target,
             "PublishPartitions(2)",
             "REPLACE 202601",
@@ -1608,7 +1789,7 @@ fn concurrent_attach_table() {
             false,
         ),
         (
-            "the server died inside A's ATTACH: nobody touches the leftover",
+            "while A's ATTACH runs, nobody touches its claim",
             vec![
                 Observe('A', Attach),
                 Intent('A'),
@@ -1619,6 +1800,49 @@ fn concurrent_attach_table() {
             ],
             0,
             true,
+        ),
+        (
+            "the server died inside A's ATTACH: after the restart both take it back, one wins",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                RestartServer,
+                Observe('A', Reclaim),
+                Observe('B', Reclaim),
+                TakeBack('B', true),
+                TakeBack('A', false),
+                Observe('A', Attach),
+                Send('A', true),
+                Observe('B', Wait),
+                Finish,
+                Observe('B', RecordAttached),
+                Record('B'),
+            ],
+            1,
+            false,
+        ),
+        (
+            "a stale Reclaim lands on B's new claim: B's ATTACH fails, the part is attached once",
+            vec![
+                Observe('A', Attach),
+                Intent('A'),
+                Send('A', true),
+                RestartServer,
+                Observe('A', Reclaim),
+                Observe('B', Reclaim),
+                TakeBack('B', true),
+                Observe('B', Attach),
+                Send('B', true),
+                TakeBack('A', true),
+                Observe('A', Attach),
+                Send('A', true),
+                Finish,
+                Observe('B', RecordAttached),
+                Record('B'),
+            ],
+            1,
+            false,
         ),
         (
             "A died after its intent, B attaches",
@@ -1707,14 +1931,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     /// Two commits of one load interleaved at random, each acting on decisions that may be
-    /// stale by the time it acts, with ATTACHes that finish whenever the server gets to them
-    /// and merges at any time: every planned part is attached exactly once, no loser's part
+    /// stale by the time it acts, with ATTACHes that finish whenever the server gets to them,
+    /// merges and server restarts (killing ATTACHes in flight) at any time: every planned part is attached exactly once, no loser's part
     /// ever, and the target ends with exactly the planned rows.
     #[test]
     fn racing_commits_attach_each_part_once(
         visibility in prop::sample::select(vec![Visibility::Partition, Visibility::Part]),
         mode in prop::sample::select(vec![Mode::Append, Mode::Replace]),
-        schedule in prop::collection::vec(0u8..10, 0..160),
+        schedule in prop::collection::vec(0u8..11, 0..160),
     ) {
         let plan = plan(visibility, mode);
         sim::race_randomly(&plan, &schedule);

@@ -3,7 +3,9 @@
 //!
 //! The model keeps the behaviours the decisions rely on: ATTACH PART claims
 //! `detached/<name>` by renaming it to `attaching_<name>` (so it fails with "not found" for a
-//! part already claimed) and finishes later or, when the server dies, never; MOVE PARTITION
+//! part already claimed) and finishes later or, when the server dies, never (the restarted
+//! server keeps the `attaching_` leftover, which is not active; renaming it back makes the
+//! ATTACH that holds it, if any, fail: it finds its directory gone); MOVE PARTITION
 //! moves every active part of the partition at once; REPLACE PARTITION swaps the target's parts
 //! for copies of the shadow's; a merge rewrites parts under new hashes. Ledger entries are
 //! appended and read back as a set of ids, first plan body wins.
@@ -31,6 +33,9 @@ struct Active {
     hash: String,
     partition_id: PartitionId,
     rows: u64,
+    /// The highest block number the part covers: a part entering a table gets a fresh one
+    /// from the table's counter, a merge keeps the highest of its sources'.
+    max_block: u64,
 }
 
 #[derive(Debug)]
@@ -41,6 +46,10 @@ pub(super) struct World {
     sync_attach: bool,
     detached: BTreeSet<PartName>,
     attaching: BTreeSet<PartName>,
+    /// The server generation (restarts so far) in which each leftover was claimed.
+    claimed_in: BTreeMap<PartName, u32>,
+    /// Restarts of the server so far.
+    server_generation: u32,
     in_flight: VecDeque<PartName>,
     /// What each published part holds: (partition, rows, hash).
     content: BTreeMap<PartName, Active>,
@@ -48,6 +57,11 @@ pub(super) struct World {
     target: Vec<Active>,
     attach_count: BTreeMap<PartName, u32>,
     ledger: Vec<String>,
+    /// The target partition's highest block number when each `publish:<id>` intent was
+    /// first written (the intent's body).
+    intent_blocks: BTreeMap<PartitionId, u64>,
+    /// The last block number handed out.
+    blocks: u64,
     plan_body: Option<String>,
     merges: u32,
     /// A losing attempt's part, published next to the winners' and never to be attached.
@@ -74,6 +88,7 @@ impl World {
                     hash: p.hash_of_all_files.clone(),
                     partition_id: p.partition_id.clone(),
                     rows: p.rows,
+                    max_block: 0,
                 };
                 (p.name.clone(), active)
             })
@@ -84,6 +99,7 @@ impl World {
                 hash: hash_of(&loser),
                 partition_id: pid("202601"),
                 rows: 100,
+                max_block: 0,
             },
         );
         World {
@@ -91,19 +107,25 @@ impl World {
             sync_attach: true,
             detached: content.keys().cloned().collect(),
             attaching: BTreeSet::new(),
+            claimed_in: BTreeMap::new(),
+            server_generation: 0,
             in_flight: VecDeque::new(),
             content,
             shadow: Vec::new(),
             target: OLD_ROWS
                 .iter()
-                .map(|&(id, rows)| Active {
+                .enumerate()
+                .map(|(i, &(id, rows))| Active {
                     hash: format!("old-{id}"),
                     partition_id: pid(id),
                     rows,
+                    max_block: i as u64 + 1,
                 })
                 .collect(),
             attach_count: BTreeMap::new(),
             ledger: vec!["open".into()],
+            intent_blocks: BTreeMap::new(),
+            blocks: OLD_ROWS.len() as u64,
             plan_body: None,
             merges: 0,
             loser,
@@ -136,6 +158,12 @@ impl World {
             in_detached: self.detached.contains(&part.name),
             attaching_leftover: self.attaching.contains(&part.name),
             ledger_read_after_observation: fresh,
+            claim_predates_server_start: self
+                .claimed_in
+                .get(&part.name)
+                .is_some_and(|g| *g < self.server_generation),
+            // As the real commit reads it: any ATTACH on the table.
+            attach_running: !self.in_flight.is_empty(),
         }
     }
 
@@ -154,23 +182,58 @@ impl World {
             h.sort();
             h
         };
+        let (shadow, before) = (hashes(&self.shadow), self.intent_blocks.get(id));
+        let target: Vec<&Active> = self
+            .target
+            .iter()
+            .filter(|a| &a.partition_id == id)
+            .collect();
+        // Old: covers only blocks handed out before the intent (an old part or a merge of old
+        // ones); everything else that is not a copy of the shadow's arrived since.
+        let old = |a: &Active| before.is_some_and(|b| a.max_block <= *b);
+        let unexplained: Vec<&&Active> = target
+            .iter()
+            .filter(|a| !shadow.contains(&a.hash) && !old(a))
+            .collect();
+        let planned_rows = plan.partition(id).unwrap().rows;
         PartitionFacts {
             recorded_published: progress.published.contains(id),
             shadow_rows: rows_by_partition(&self.shadow)
                 .get(id.as_str())
                 .copied()
                 .unwrap_or(0),
-            planned_rows: plan.partition(id).unwrap().rows,
-            target_has_plan_hashes: hashes(&self.target) == hashes(&self.shadow),
+            planned_rows,
+            target_has_plan_hashes: hashes(&self.target) == shadow,
+            publish_intent: progress.publish_intents.contains(id),
+            target_foreign: !unexplained.is_empty(),
+            target_merged_plan: unexplained.iter().all(|a| a.hash.starts_with("merged-"))
+                && !target.iter().any(|a| !shadow.contains(&a.hash) && old(a))
+                && target.iter().map(|a| a.rows).sum::<u64>() == planned_rows,
         }
     }
 
     /// The server finishes an ATTACH that claimed `name`.
     fn finish(&mut self, name: &PartName) {
         assert!(self.attaching.remove(name), "nothing claimed {name}");
-        let active = self.content[name].clone();
+        let active = self.fresh(self.content[name].clone());
         self.attach_table_mut().push(active);
         *self.attach_count.entry(name.clone()).or_default() += 1;
+    }
+
+    /// `active` with the next block number, as it enters a table.
+    fn fresh(&mut self, active: Active) -> Active {
+        self.blocks += 1;
+        Active {
+            max_block: self.blocks,
+            ..active
+        }
+    }
+
+    /// The server is killed and restarted: every ATTACH in flight dies where it is, leaving
+    /// its `attaching_` leftover.
+    pub(super) fn restart_server(&mut self) {
+        self.in_flight.clear();
+        self.server_generation += 1;
     }
 
     /// The server finishes the oldest ATTACH in flight, if any.
@@ -192,6 +255,14 @@ impl World {
             Merge::AttachTable if self.visibility == Visibility::Partition => &mut self.shadow,
             Merge::AttachTable | Merge::Target => &mut self.target,
         };
+        let max_block = |table: &[Active], id: &str| {
+            table
+                .iter()
+                .filter(|a| a.partition_id.as_str() == id)
+                .map(|a| a.max_block)
+                .max()
+                .unwrap_or(0)
+        };
         *table = rows_by_partition(table)
             .into_iter()
             .map(|(id, rows)| {
@@ -200,6 +271,7 @@ impl World {
                     hash: format!("merged-{merges}"),
                     partition_id: pid(&id),
                     rows,
+                    max_block: max_block(table, &id),
                 }
             })
             .collect();
@@ -249,6 +321,8 @@ pub(super) enum Act {
     Move(PartitionId),
     /// Send REPLACE PARTITION.
     Replace(PartitionId),
+    /// Rename `attaching_<part>` back to `<part>`.
+    Reclaim(PartName),
     /// Everything pending is held by an ATTACH in flight.
     Wait,
     /// Committed.
@@ -301,6 +375,7 @@ pub(super) fn next_with(
                 }
                 match step {
                     PartStep::Skip | PartStep::Wait => {}
+                    PartStep::Reclaim => return Act::Reclaim(name),
                     PartStep::RecordAttached => return Act::Write(CommitEntry::Attached(name)),
                     PartStep::Attach if facts.attach_intent => return Act::Attach(name),
                     PartStep::Attach => return Act::Write(CommitEntry::AttachIntent(name)),
@@ -337,6 +412,7 @@ pub(super) fn next_with(
                     PartitionStep::Broken => {
                         panic!("{}", PartitionBroken::new(&recorded, &id, &facts))
                     }
+                    PartitionStep::Foreign => panic!("{id}: a foreign part in the target"),
                 }
             }
             Act::Wait
@@ -351,17 +427,42 @@ pub(super) fn apply(world: &mut World, plan: &CommitPlan, act: Act) -> bool {
             world.ledger.push(PLAN_ENTRY.into());
             world.plan_body.get_or_insert_with(|| plan.to_json());
         }
-        Act::Write(entry) => world.ledger.push(entry.id()),
+        Act::Write(entry) => {
+            if let CommitEntry::PublishIntent(id) = &entry {
+                let max = world
+                    .target
+                    .iter()
+                    .filter(|a| &a.partition_id == id)
+                    .map(|a| a.max_block)
+                    .max()
+                    .unwrap_or(0);
+                world.intent_blocks.entry(id.clone()).or_insert(max);
+            }
+            world.ledger.push(entry.id())
+        }
         Act::Attach(name) => {
             if !world.detached.remove(&name) {
                 return false;
             }
             world.attaching.insert(name.clone());
+            world
+                .claimed_in
+                .insert(name.clone(), world.server_generation);
             if world.sync_attach {
                 world.finish(&name);
             } else {
                 world.in_flight.push_back(name);
             }
+        }
+        Act::Reclaim(name) => {
+            if !world.attaching.remove(&name) {
+                return false; // taken back or finished by someone else meanwhile
+            }
+            // A stale decision may take back a claim a live ATTACH made since: that ATTACH
+            // then fails (its directory is gone) and attaches nothing.
+            world.in_flight.retain(|n| n != &name);
+            world.claimed_in.remove(&name);
+            world.detached.insert(name);
         }
         Act::Move(id) => {
             let (moved, kept) = world
@@ -369,7 +470,10 @@ pub(super) fn apply(world: &mut World, plan: &CommitPlan, act: Act) -> bool {
                 .drain(..)
                 .partition(|a: &Active| a.partition_id == id);
             world.shadow = kept;
-            world.target.extend(moved);
+            for active in moved {
+                let active = world.fresh(active);
+                world.target.push(active);
+            }
         }
         Act::Replace(id) => {
             world.target.retain(|a| a.partition_id != id);
@@ -379,7 +483,10 @@ pub(super) fn apply(world: &mut World, plan: &CommitPlan, act: Act) -> bool {
                 .filter(|a| a.partition_id == id)
                 .cloned()
                 .collect();
-            world.target.extend(copies);
+            for active in copies {
+                let active = world.fresh(active);
+                world.target.push(active);
+            }
         }
         Act::Wait | Act::Nothing => {}
     }
@@ -398,6 +505,7 @@ pub(super) fn describe(plan: &CommitPlan, act: &Act) -> String {
         Act::Write(CommitEntry::Published(id)) => format!("published {id}"),
         Act::Write(CommitEntry::Commit) => "commit".into(),
         Act::Attach(n) => format!("ATTACH part {}", index(n)),
+        Act::Reclaim(n) => format!("reclaim part {}", index(n)),
         Act::Move(id) => format!("MOVE {id}"),
         Act::Replace(id) => format!("REPLACE {id}"),
         Act::Wait => "wait".into(),
@@ -503,6 +611,10 @@ pub(super) enum Race {
     Record(char),
     /// The server merges every table.
     MergeAll,
+    /// The server is killed (ATTACHes in flight die) and restarted.
+    RestartServer,
+    /// The commit renames the leftover back (after deciding Reclaim); it is there or not.
+    TakeBack(char, bool),
 }
 
 /// Plays a race on the plan's first part; each commit acts only on its own latest decision,
@@ -568,6 +680,13 @@ pub(super) fn race(plan: &CommitPlan, steps: &[Race], row: &str) -> World {
                 world.merge(Merge::AttachTable);
                 world.merge(Merge::Target);
             }
+            Race::RestartServer => world.restart_server(),
+            Race::TakeBack(who, found) => {
+                decided(&last, who, PartStep::Reclaim);
+                let got = apply(&mut world, plan, Act::Reclaim(part.name.clone()));
+                assert_eq!(got, found, "{at}: found");
+                last.remove(&who);
+            }
         }
         world.check_never_twice();
     }
@@ -609,7 +728,8 @@ pub(super) fn race_randomly(plan: &CommitPlan, schedule: &[u8]) {
                 world.merge(Merge::Target);
             }
             8 => reads[0] = Some(world.progress()),
-            _ => reads[1] = Some(world.progress()),
+            9 => reads[1] = Some(world.progress()),
+            _ => world.restart_server(),
         }
     }
     for i in 0.. {
