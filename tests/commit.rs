@@ -150,6 +150,19 @@ fn only_the_winners_are_attached_and_visible_once() {
     assert_eq!(late.status.code(), Some(5), "{}", text(&late));
 }
 
+/// Changes one byte (at `at(len)`, xor `mask`) of `data.bin` of the first part `manifest`
+/// published in `detached/`: its size stays, so only a content check can tell.
+fn flip_byte(manifest: &Manifest, at: impl Fn(usize) -> usize, mask: u8) {
+    let path = std::path::Path::new(manifest.target.data_path.as_str())
+        .join("detached")
+        .join(manifest.parts[0].name.to_string())
+        .join("data.bin");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let i = at(bytes.len());
+    bytes[i] ^= mask;
+    std::fs::write(&path, bytes).unwrap();
+}
+
 #[test]
 fn bad_winners_are_refused_before_anything_is_attached() {
     let ch = shared();
@@ -234,15 +247,7 @@ fn bad_winners_are_refused_before_anything_is_attached() {
 
     // A part changed after upload (same size): sizes pass, the default for part visibility
     // (--verify full) refuses it.
-    let victim = &built[1][0].parts[0];
-    let path = std::path::Path::new(built[1][0].target.data_path.as_str())
-        .join("detached")
-        .join(victim.name.to_string())
-        .join("data.bin");
-    let mut bytes = std::fs::read(&path).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0xff;
-    std::fs::write(&path, bytes).unwrap();
+    flip_byte(&built[1][0], |len| len - 1, 0xff);
     let file = winners_file(&s, "w.jsonl", &[&built[0][0], &built[1][0]]);
     let out = commit(&s, "cr-1", &file, &[], None);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
@@ -267,15 +272,7 @@ fn a_changed_part_is_refused_before_anything_is_visible() {
     let s = Setup::new(ch, "commit_check_table");
     let load = "check-1";
     let built = build_load(&s, load, &[], 2, &["app-a"]);
-    let victim = &built[1][0].parts[0];
-    let path = std::path::Path::new(built[1][0].target.data_path.as_str())
-        .join("detached")
-        .join(victim.name.to_string())
-        .join("data.bin");
-    let mut bytes = std::fs::read(&path).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0x01;
-    std::fs::write(&path, bytes).unwrap();
+    flip_byte(&built[1][0], |len| len / 2, 0x01);
     let file = winners_file(&s, "w.jsonl", &[&built[0][0], &built[1][0]]);
     for run in 0..2 {
         let out = commit(&s, load, &file, &[], None);

@@ -5,7 +5,7 @@ use chpart_protocol::ledger::{kind, LoadState, Mode, Visibility};
 use chpart_testenv::clickhouse::{shared, TestDb};
 
 mod common;
-use common::ledger_for;
+use common::{ledger_for, rt};
 
 fn request(db: &TestDb, load: &str, mode: Mode, visibility: Visibility) -> BeginRequest {
     BeginRequest {
@@ -17,13 +17,6 @@ fn request(db: &TestDb, load: &str, mode: Mode, visibility: Visibility) -> Begin
         allow_materialized_views: false,
         clickhouse_local_version: None,
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]

@@ -94,15 +94,7 @@ impl RemoteFs for LateWriter {
 }
 
 mod common;
-use common::ledger_for;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use common::{ledger_for, rt};
 
 /// A finished (aborted) part-visibility load with one late writer whose part is staged and
 /// listed in its publish intent but not yet renamed into the target's `detached/`.

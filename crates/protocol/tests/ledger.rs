@@ -6,16 +6,13 @@ use chpart_protocol::ledger::{kind, Decision, LoadState, DECISION_ENTRY};
 use chpart_testenv::clickhouse::{shared, TestDb};
 
 mod common;
-use common::ledger_for;
+use common::{ledger_for, rt};
 
 #[test]
 fn the_first_decision_is_the_only_one_kept() {
     let ch = shared();
     let db = TestDb::new(ch, "ledger_decision");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = rt();
     let ledger = ledger_for(&db);
     rt.block_on(async {
         ledger.ensure().await.unwrap();
@@ -62,10 +59,7 @@ fn the_first_decision_is_the_only_one_kept() {
 fn one_spec_and_one_plan_are_kept_per_load() {
     let ch = shared();
     let db = TestDb::new(ch, "ledger_once");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = rt();
     let ledger = ledger_for(&db);
     rt.block_on(async {
         ledger.ensure().await.unwrap();

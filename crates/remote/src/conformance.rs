@@ -224,20 +224,7 @@ pub fn create_dir_is_exclusive(fs: &dyn RemoteFs, scratch: &str) {
     }
 
     let contended = join(&dir, "contended");
-    let results: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..4)
-            .map(|_| s.spawn(|| fs.create_dir(&contended)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("create_dir thread panicked"))
-            .collect()
-    });
-    let winners = results.iter().filter(|r| r.is_ok()).count();
-    let refused = results
-        .iter()
-        .filter(|r| matches!(r, Err(RemoteError::AlreadyExists { .. })))
-        .count();
+    let (winners, refused, results) = race(4, || fs.create_dir(&contended));
     assert_eq!(
         (winners, refused),
         (1, 3),
@@ -445,20 +432,7 @@ pub fn concurrent_uploads_to_one_name_have_one_winner(
     let dir = fresh(fs, scratch, check);
     let (local, expected) = make_local_tree(local_scratch, check);
     let remote = join(&dir, "part");
-    let results: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..3)
-            .map(|_| s.spawn(|| fs.upload_dir(&local, &remote)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("upload thread panicked"))
-            .collect()
-    });
-    let winners = results.iter().filter(|r| r.is_ok()).count();
-    let refused = results
-        .iter()
-        .filter(|r| matches!(r, Err(RemoteError::AlreadyExists { .. })))
-        .count();
+    let (winners, refused, results) = race(3, || fs.upload_dir(&local, &remote));
     assert_eq!(
         (winners, refused),
         (1, 2),
@@ -697,4 +671,25 @@ pub fn digest_dir_of_missing_is_not_found(fs: &dyn RemoteFs, scratch: &str) {
             fs.describe()
         ),
     }
+}
+
+/// Runs `op` on `n` threads at once: how many succeeded, how many were refused with
+/// `AlreadyExists`, and every result (for messages).
+fn race<T: Send + std::fmt::Debug>(
+    n: usize,
+    op: impl Fn() -> Result<T, RemoteError> + Sync,
+) -> (usize, usize, Vec<Result<T, RemoteError>>) {
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n).map(|_| s.spawn(&op)).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a racing thread panicked"))
+            .collect()
+    });
+    let winners = results.iter().filter(|r| r.is_ok()).count();
+    let refused = results
+        .iter()
+        .filter(|r| matches!(r, Err(RemoteError::AlreadyExists { .. })))
+        .count();
+    (winners, refused, results)
 }

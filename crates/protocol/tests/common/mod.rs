@@ -17,3 +17,13 @@ pub fn ledger_for(db: &TestDb) -> Ledger {
     });
     Ledger::new(server, &format!("{}_ledger", db.name))
 }
+
+/// A runtime for a test's async calls (multi-threaded: the protocol runs blocking
+/// filesystem work with `block_in_place`).
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
