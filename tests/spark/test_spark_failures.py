@@ -76,8 +76,14 @@ def source_of(result):
 
 
 def attempt_of(result, task_id):
-    """chpart_spark's attempt id of a Spark task attempt."""
-    return f"{result['application_id']}.{task_id}"
+    """chpart_spark's attempt id of a Spark task attempt: the write's prefix
+    (`<applicationId>.<application attempt>.<nonce>`, the same for every attempt of one write,
+    read off the winners) and the task attempt id."""
+    prefixes = {attempt.rsplit(".", 1)[0] for _, attempt in result["summary"]["winners"]}
+    assert len(prefixes) == 1, f"the winners of one write have one attempt prefix: {prefixes}"
+    prefix = prefixes.pop()
+    assert prefix.startswith(result["application_id"] + "."), (prefix, result["application_id"])
+    return f"{prefix}.{task_id}"
 
 
 def staged_manifest(clickhouse, load, attempt):

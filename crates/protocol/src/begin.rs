@@ -10,14 +10,14 @@ use chpart_core::{LoadId, TableName, TableRef};
 use chpart_server::{quote_table, ServerError};
 use sha2::{Digest, Sha256};
 
-use chpart_core::commit::{CommitPlan, OpenReplaceLoad, PLAN_ENTRY};
+use chpart_core::commit::OpenReplaceLoad;
 
 use crate::ledger::{kind, replay, LoadSpec, LoadState, Mode, Visibility};
 use crate::snapshot::TableSnapshot;
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
 
 /// Entry id of the load-opened fact.
-pub const OPEN_ENTRY: &str = "open";
+pub use crate::ledger::entry::OPEN as OPEN_ENTRY;
 
 /// What the driver asks for.
 #[derive(Debug, Clone)]
@@ -317,17 +317,12 @@ pub(crate) async fn open_replace_loads(
         if view.state != LoadState::Open || spec.mode != Mode::Replace || &spec.target != table {
             continue;
         }
-        let planned = view
-            .entries
-            .iter()
-            .find(|e| e.entry_id == PLAN_ENTRY)
-            .and_then(|e| CommitPlan::from_json(&e.body).ok())
-            .map(|plan| {
-                plan.partitions
-                    .into_iter()
-                    .map(|p| p.partition_id)
-                    .collect()
-            });
+        let planned = view.plan()?.map(|plan| {
+            plan.partitions
+                .into_iter()
+                .map(|p| p.partition_id)
+                .collect()
+        });
         out.push(OpenReplaceLoad {
             load: spec.load.clone(),
             planned,

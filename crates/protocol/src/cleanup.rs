@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 
-use chpart_core::commit::{CommitPlan, CommitProgress, Visibility, PLAN_ENTRY};
+use chpart_core::commit::Visibility;
 use chpart_core::{DetachedEntry, LoadId, PartName, RemotePath, StagingLayout};
 use chpart_remote::{RemoteError, RemoteFs};
 use chpart_server::{quote_table, Server, ServerError};
@@ -377,7 +377,12 @@ pub async fn abort_with(
         if force && view.state != LoadState::Committed && view.decision == Some(Decision::Commit) {
             let body = serde_json::json!({ "abandoned_at_unix_ms": now_unix_ms() }).to_string();
             ledger
-                .append(load, "abandon", kind::LOAD_ABANDONED, &body)
+                .append(
+                    load,
+                    crate::ledger::entry::ABANDON,
+                    kind::LOAD_ABANDONED,
+                    &body,
+                )
                 .await?;
             let view = ledger.view(load, crate::KNOWN_KINDS).await?;
             if view.state == LoadState::Committed {
@@ -387,7 +392,7 @@ pub async fn abort_with(
         } else {
             match view.state {
                 LoadState::Committed => return Err(CleanupError::Committed(load.clone())),
-                LoadState::Open if commit_made_rows_visible(&view) => {
+                LoadState::Open if commit_made_rows_visible(&view)? => {
                     return Err(CleanupError::CommitInProgress(load.clone()))
                 }
                 _ => {}
@@ -404,7 +409,7 @@ pub async fn abort_with(
             }
             let body = serde_json::json!({ "aborted_at_unix_ms": now_unix_ms() }).to_string();
             ledger
-                .append(load, "abort", kind::LOAD_ABORTED, &body)
+                .append(load, crate::ledger::entry::ABORT, kind::LOAD_ABORTED, &body)
                 .await?;
             view
         };
@@ -417,13 +422,12 @@ pub async fn abort_with(
 /// Whether a commit of this open load may already be making rows visible: it claimed the load,
 /// or (ledgers without decisions) with part visibility
 /// once any ATTACH was intended, with partition visibility once any partition publish was.
-fn commit_made_rows_visible(view: &LoadView) -> bool {
+fn commit_made_rows_visible(view: &LoadView) -> Result<bool, CleanupError> {
     if view.decision == Some(Decision::Commit) {
-        return true;
+        return Ok(true);
     }
-    let progress = CommitProgress::from_entry_ids(view.entries.iter().map(|e| e.entry_id.as_str()))
-        .unwrap_or_default();
-    match view.spec.as_ref().map(|s| s.visibility) {
+    let progress = view.progress().map_err(LedgerStoreError::from)?;
+    Ok(match view.spec.as_ref().map(|s| s.visibility) {
         Some(Visibility::Part) => {
             !progress.attach_intents.is_empty() || !progress.attached.is_empty()
         }
@@ -431,7 +435,7 @@ fn commit_made_rows_visible(view: &LoadView) -> bool {
             !progress.publish_intents.is_empty() || !progress.published.is_empty()
         }
         None => false,
-    }
+    })
 }
 
 /// One load as `status` shows it.
@@ -512,13 +516,8 @@ async fn load_status(
     load: &LoadId,
     view: &LoadView,
 ) -> Result<LoadStatus, CleanupError> {
-    let plan = view
-        .entries
-        .iter()
-        .find(|e| e.entry_id == PLAN_ENTRY)
-        .and_then(|e| CommitPlan::from_json(&e.body).ok());
-    let progress = CommitProgress::from_entry_ids(view.entries.iter().map(|e| e.entry_id.as_str()))
-        .unwrap_or_default();
+    let plan = view.plan().map_err(LedgerStoreError::from)?;
+    let progress = view.progress().map_err(LedgerStoreError::from)?;
     let finished_at = view
         .entries
         .iter()
@@ -619,7 +618,7 @@ pub async fn gc(
                 if older_than_ms.is_some_and(|age| now.saturating_sub(spec.opened_at_unix_ms) > age)
                 {
                     report.stale_open.push(load_id.clone());
-                    if abort_stale && !dry_run && !commit_made_rows_visible(&view) {
+                    if abort_stale && !dry_run && !commit_made_rows_visible(&view)? {
                         match abort(ledger, fs, staging, &spec.load).await {
                             Ok(removed) => {
                                 report.aborted.push(load_id.clone());

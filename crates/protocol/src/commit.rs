@@ -307,29 +307,17 @@ impl CommitError {
     }
 }
 
-fn recorded_plan(view: &LoadView, load: &LoadId) -> Result<Option<CommitPlan>, CommitError> {
-    view.entries
-        .iter()
-        .find(|e| e.entry_id == PLAN_ENTRY)
-        .map(|e| {
-            CommitPlan::from_json(&e.body).map_err(|error| CommitError::Plan {
-                load: load.clone(),
-                error: Box::new(error),
-            })
-        })
-        .transpose()
+fn recorded_plan(view: &LoadView) -> Result<Option<CommitPlan>, CommitError> {
+    view.plan().map_err(|e| CommitError::Ledger(e.into()))
 }
 
-fn progress_of(view: &LoadView) -> CommitProgress {
-    CommitProgress::from_entry_ids(view.entries.iter().map(|e| e.entry_id.as_str()))
-        .unwrap_or_default()
+fn progress_of(view: &LoadView) -> Result<CommitProgress, CommitError> {
+    view.progress().map_err(|e| CommitError::Ledger(e.into()))
 }
 
-fn committed_summary(view: &LoadView) -> Option<CommitSummary> {
-    view.entries
-        .iter()
-        .find(|e| e.kind == kind::LOAD_COMMITTED)
-        .and_then(|e| serde_json::from_str(&e.body).ok())
+fn committed_summary(view: &LoadView) -> Result<Option<CommitSummary>, CommitError> {
+    view.body_of_kind(kind::LOAD_COMMITTED)
+        .map_err(|e| CommitError::Ledger(e.into()))
 }
 
 fn summary_of(spec: &LoadSpec, plan: &CommitPlan) -> CommitSummary {
@@ -426,7 +414,7 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         }
         (LoadState::Aborted, _) => return Err(CommitError::Aborted(load)),
         (LoadState::Committed, Some(spec)) => {
-            let summary = committed_summary(&view).unwrap_or_else(|| CommitSummary {
+            let summary = committed_summary(&view)?.unwrap_or_else(|| CommitSummary {
                 load: load.clone(),
                 table: spec.target.clone(),
                 mode: spec.mode,
@@ -492,8 +480,8 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         // load, its tables and this config's staging) but need not cover every partition:
         // the first commit checked that, and they are the plan whatever is asked now.
         None => {
-            let recorded = recorded_plan(&view, &load)?
-                .ok_or_else(|| CommitError::NoPlan { load: load.clone() })?;
+            let recorded =
+                recorded_plan(&view)?.ok_or_else(|| CommitError::NoPlan { load: load.clone() })?;
             let lines = recorded
                 .winner_lines()
                 .ok_or_else(|| CommitError::PlanWithoutManifests { load: load.clone() })?;
@@ -510,10 +498,10 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         tables.push((&spec.target, &spec.target_snapshot));
     }
     check_tables(env, &load, &tables).await?;
-    let mut progress = progress_of(&view);
+    let mut progress = progress_of(&view)?;
     verify_waiting_parts(env, &spec, &winners, &progress, verify, &data_path).await?;
 
-    let plan = match recorded_plan(&view, &load)? {
+    let plan = match recorded_plan(&view)? {
         Some(recorded) => {
             plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
                 load: load.clone(),
@@ -529,12 +517,12 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
                 .await?;
             crash_point("after-plan");
             let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
-            let recorded = recorded_plan(&view, &load)?.unwrap_or_else(|| new_plan.clone());
+            let recorded = recorded_plan(&view)?.unwrap_or_else(|| new_plan.clone());
             plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
                 load: load.clone(),
                 conflict: Box::new(c),
             })?;
-            progress = progress_of(&view);
+            progress = progress_of(&view)?;
             recorded
         }
     };
@@ -656,7 +644,7 @@ async fn verify_waiting_parts(
                 if fresh.is_none() {
                     fresh = Some(progress_of(
                         &env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?,
-                    ));
+                    )?);
                 }
                 if fresh.as_ref().is_some_and(handled) {
                     continue; // a concurrent commit attached it: decided later
@@ -747,7 +735,7 @@ async fn attach_parts(
             if fresh || !steps.iter().any(|(_, s)| *s == PartStep::ReadLedger) {
                 break steps;
             }
-            *progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?);
+            *progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)?;
             fresh = true;
         };
         let mut waiting = None;
@@ -898,7 +886,7 @@ async fn reconcile_attached(
     verify: Verify,
 ) -> Result<(CommitProgress, TableParts), CommitError> {
     let observed = table_parts(env.ledger.server(), &spec.publish).await?;
-    let progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?);
+    let progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)?;
     if plan
         .parts
         .iter()
@@ -1028,18 +1016,25 @@ const MOVE: u64 = u64::MAX;
 
 /// The recorded `publish:<id>` intents of a load, with the target's highest block number each
 /// recorded (`None` for an intent without it: every part not a copy counts as arrived since).
-fn replace_intents(view: &LoadView) -> BTreeMap<PartitionId, Option<u64>> {
-    view.entries
-        .iter()
-        .filter_map(|e| match CommitEntry::parse(&e.entry_id) {
-            Ok(Some(CommitEntry::PublishIntent(id))) => {
-                let body: Option<serde_json::Value> = serde_json::from_str(&e.body).ok();
-                let max = body.and_then(|b| b.get("target_max_block")?.as_u64());
-                Some((id, max))
-            }
-            _ => None,
-        })
-        .collect()
+fn replace_intents(view: &LoadView) -> Result<BTreeMap<PartitionId, Option<u64>>, CommitError> {
+    let mut out = BTreeMap::new();
+    for e in &view.entries {
+        if let Ok(Some(CommitEntry::PublishIntent(id))) = CommitEntry::parse(&e.entry_id) {
+            let body: serde_json::Value = serde_json::from_str(&e.body).map_err(|err| {
+                CommitError::Ledger(
+                    crate::ledger::LedgerError::BadEntry {
+                        load: e.load_id.clone(),
+                        entry_id: e.entry_id.clone(),
+                        kind: e.kind.clone(),
+                        message: err.to_string(),
+                    }
+                    .into(),
+                )
+            })?;
+            out.insert(id, body.get("target_max_block").and_then(|b| b.as_u64()));
+        }
+    }
+    Ok(out)
 }
 
 /// What of a replace load's target partition cannot be explained by its REPLACE.
@@ -1101,7 +1096,7 @@ async fn publish_partitions(
         // of that partition had been sent before it.
         let intents = match spec.mode {
             Mode::Replace => {
-                replace_intents(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)
+                replace_intents(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)?
             }
             Mode::Append => BTreeMap::new(),
         };

@@ -120,8 +120,37 @@ pub mod kind {
     pub const DECIDED: &str = "decided";
 }
 
+/// The ledger's vocabulary of entry ids: every fact a load records has one id, and replay keeps
+/// the first entry of each. The ids commit writes (`plan`, `attach:<part>`, ...) are parsed by
+/// `chpart_core::commit::CommitEntry`, which is pure, and re-exported here so that this module
+/// names them all.
+pub mod entry {
+    pub use chpart_core::commit::{
+        ATTACHED_PREFIX, ATTACH_INTENT_PREFIX, COMMIT_ENTRY as COMMIT, PLAN_ENTRY as PLAN,
+        PUBLISHED_PREFIX, PUBLISH_INTENT_PREFIX,
+    };
+    /// `begin` opened the load (kind `load_opened`), written once per load.
+    pub const OPEN: &str = "open";
+    /// The load's outcome (kind `decided`), written once per load.
+    pub const DECISION: &str = "decision";
+    /// `abort` ended the load (kind `load_aborted`).
+    pub const ABORT: &str = "abort";
+    /// `abort --force` ended a load a commit had claimed (kind `load_abandoned`).
+    pub const ABANDON: &str = "abandon";
+}
+
 /// Entry id of the decision.
-pub const DECISION_ENTRY: &str = "decision";
+pub const DECISION_ENTRY: &str = entry::DECISION;
+
+/// Entry kinds written by steps beyond `begin` (commit plans and outcomes); replay keeps them
+/// for those steps instead of refusing them as unknown.
+pub const KNOWN_KINDS: &[&str] = &[
+    kind::COMMIT_PLANNED,
+    kind::ATTACH_INTENT,
+    kind::PART_ATTACHED,
+    kind::PUBLISH_INTENT,
+    kind::PARTITION_PUBLISHED,
+];
 
 /// How a load ends, settled once by the first `decision` entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +208,56 @@ pub struct LoadView {
     pub entries: Vec<Entry>,
 }
 
+impl LoadView {
+    /// What the load's commit has done so far, from its entry ids; a malformed commit entry id
+    /// is an error naming the entry, never skipped.
+    pub fn progress(&self) -> Result<chpart_core::commit::CommitProgress, LedgerError> {
+        let mut progress = chpart_core::commit::CommitProgress::default();
+        for e in &self.entries {
+            match chpart_core::commit::CommitEntry::parse(&e.entry_id) {
+                Ok(Some(step)) => progress.record(step),
+                Ok(None) => {}
+                Err(err) => return Err(bad_entry(e, err.to_string())),
+            }
+        }
+        Ok(progress)
+    }
+
+    /// The recorded commit plan, if any; one that does not read is an error naming the entry.
+    pub fn plan(&self) -> Result<Option<chpart_core::commit::CommitPlan>, LedgerError> {
+        self.entries
+            .iter()
+            .find(|e| e.entry_id == entry::PLAN)
+            .map(|e| {
+                chpart_core::commit::CommitPlan::from_json(&e.body)
+                    .map_err(|err| bad_entry(e, err.to_string()))
+            })
+            .transpose()
+    }
+
+    /// The body of the first entry of `kind`, read as `T`; one that does not read is an error
+    /// naming the entry.
+    pub fn body_of_kind<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: &str,
+    ) -> Result<Option<T>, LedgerError> {
+        self.entries
+            .iter()
+            .find(|e| e.kind == kind)
+            .map(body_of)
+            .transpose()
+    }
+}
+
+fn bad_entry(e: &Entry, message: String) -> LedgerError {
+    LedgerError::BadEntry {
+        load: e.load_id.clone(),
+        entry_id: e.entry_id.clone(),
+        kind: e.kind.clone(),
+        message,
+    }
+}
+
 /// A ledger that cannot be interpreted.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -208,12 +287,7 @@ pub enum LedgerError {
 
 /// An entry's JSON body, or the error naming the entry.
 fn body_of<T: serde::de::DeserializeOwned>(e: &Entry) -> Result<T, LedgerError> {
-    serde_json::from_str(&e.body).map_err(|err| LedgerError::BadEntry {
-        load: e.load_id.clone(),
-        entry_id: e.entry_id.clone(),
-        kind: e.kind.clone(),
-        message: err.to_string(),
-    })
+    serde_json::from_str(&e.body).map_err(|err| bad_entry(e, err.to_string()))
 }
 
 /// Derives a load's state from its entries (any order; sorted here by write time, then id).
@@ -401,6 +475,56 @@ mod tests {
             let view = replay(entries, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(view.state, want, "{name}");
         }
+    }
+
+    #[test]
+    fn malformed_entries_are_errors_naming_the_entry() {
+        let view = |entries| replay(entries, KNOWN_KINDS).unwrap();
+        let v = view(vec![entry(
+            "attached:not a part",
+            kind::PART_ATTACHED,
+            1,
+            "{}",
+        )]);
+        let err = v.progress().unwrap_err().to_string();
+        assert!(
+            err.contains("ledger entry \"attached:not a part\""),
+            "{err}"
+        );
+        let v = view(vec![entry(
+            entry::PLAN,
+            kind::COMMIT_PLANNED,
+            1,
+            "{\"load\":",
+        )]);
+        let err = v.plan().unwrap_err().to_string();
+        assert!(
+            err.contains("ledger entry \"plan\" (commit_planned)"),
+            "{err}"
+        );
+        let v = view(vec![entry(
+            entry::COMMIT,
+            kind::LOAD_COMMITTED,
+            1,
+            "not json",
+        )]);
+        let err = v
+            .body_of_kind::<serde_json::Value>(kind::LOAD_COMMITTED)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("ledger entry \"commit\" (load_committed)"),
+            "{err}"
+        );
+        // Well-formed entries read, and absent ones are absent.
+        let v = view(vec![entry(
+            "attach:202601_1_1_0",
+            kind::ATTACH_INTENT,
+            1,
+            "{}",
+        )]);
+        assert!(v.plan().unwrap().is_none());
+        assert_eq!(v.progress().unwrap().attach_intents.len(), 1);
     }
 
     #[test]

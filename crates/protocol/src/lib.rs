@@ -65,12 +65,4 @@ impl begin::BeginError {
     }
 }
 
-/// Ledger entry kinds written by steps beyond `begin` (commit plans and outcomes); replay keeps
-/// them for those steps instead of refusing them as unknown.
-pub const KNOWN_KINDS: &[&str] = &[
-    ledger::kind::COMMIT_PLANNED,
-    ledger::kind::ATTACH_INTENT,
-    ledger::kind::PART_ATTACHED,
-    ledger::kind::PUBLISH_INTENT,
-    ledger::kind::PARTITION_PUBLISHED,
-];
+pub use ledger::KNOWN_KINDS;
