@@ -24,11 +24,24 @@ pub struct Setup<'a> {
 
 impl<'a> Setup<'a> {
     pub fn new(server: &'a ClickHouse, name: &str) -> Setup<'a> {
+        Setup::with_tables(server, name, COLUMNS, ENGINE, &["events"])
+    }
+
+    /// As [`Setup::new`], with `tables` (the first is the target, `events`) of this definition.
+    pub fn with_tables(
+        server: &'a ClickHouse,
+        name: &str,
+        columns: &str,
+        engine: &str,
+        tables: &[&str],
+    ) -> Setup<'a> {
         let db = TestDb::new(server, name);
-        server.q(&format!(
-            "CREATE TABLE `{}`.events ({COLUMNS}) {ENGINE}",
-            db.name
-        ));
+        for table in tables {
+            server.q(&format!(
+                "CREATE TABLE `{}`.{table} ({columns}) {engine}",
+                db.name
+            ));
+        }
         let dir = tempfile::tempdir().unwrap();
         let config = local_config(dir.path(), server, &format!("{}_ledger", db.name));
         let table = format!("{}.events", db.name);

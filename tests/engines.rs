@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::process::Output;
 
-use chpart_testenv::clickhouse::{shared, TestDb};
+use chpart_testenv::clickhouse::shared;
 
 use crate::build::{manifest_of, write_rows, Setup};
-use crate::cli::{chpart, local_config, text};
+use crate::cli::{chpart, text};
 
 /// 400 rows, 50 keys (each eight times), two months; `sign` flips every 100 rows and `v`
 /// repeats every 100, so rows `n` and `n + 100` are a collapsing pair of one version.
@@ -22,22 +22,7 @@ fn setup<'a>(
     columns: &str,
     engine: &str,
 ) -> Setup<'a> {
-    let db = TestDb::new(ch, name);
-    for table in ["events", "twin"] {
-        ch.q(&format!(
-            "CREATE TABLE `{}`.{table} ({columns}) {engine}",
-            db.name
-        ));
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let config = local_config(dir.path(), ch, &format!("{}_ledger", db.name));
-    let table = format!("{}.events", db.name);
-    Setup {
-        db,
-        table,
-        config,
-        dir,
-    }
+    Setup::with_tables(ch, name, columns, engine, &["events", "twin"])
 }
 
 fn ok(out: &Output, what: &str) {

@@ -291,18 +291,7 @@ fn claims_left_by_a_dead_server_are_taken_back_and_attached_once() {
     for (i, begin) in [&[][..], &["--visibility", "part"][..]].iter().enumerate() {
         let row = format!("{begin:?}");
         let built = env.load(&format!("d_{i}"), &format!("rec-det-{i}"), begin, false);
-        let out = env
-            .commit_cmd(&built.load, &built.winners)
-            .env("CHPART_TEST_CRASH_AT", "after-attach:20")
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            None,
-            "{row}: to be killed: {}",
-            text(&out)
-        );
-        crash_claims(&mut env, &built, 3);
+        crash_claims(&mut env, &built, "after-attach:20", 3, &row);
         let out = env
             .commit_cmd(&built.load, &built.winners)
             .output()
@@ -317,9 +306,21 @@ fn claims_left_by_a_dead_server_are_taken_back_and_attached_once() {
     }
 }
 
-/// Stops the server, renames `n` of the winners' parts still in `detached/` to
-/// `attaching_<part>` (what a SIGKILL inside their ATTACHes leaves), and starts it again.
-fn crash_claims(env: &mut Crashable, built: &BuiltLoad, n: usize) {
+/// Kills the load's commit at `crash_at` (the test hook), then stops the server, renames `n`
+/// of the winners' parts still in `detached/` to `attaching_<part>` (what a SIGKILL inside
+/// their ATTACHes leaves), and starts it again.
+fn crash_claims(env: &mut Crashable, built: &BuiltLoad, crash_at: &str, n: usize, row: &str) {
+    let out = env
+        .commit_cmd(&built.load, &built.winners)
+        .env("CHPART_TEST_CRASH_AT", crash_at)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        None,
+        "{row}: to be killed: {}",
+        text(&out)
+    );
     env.ch.as_mut().unwrap().stop();
     let (plain, _) = built.left();
     assert!(
@@ -348,18 +349,7 @@ fn abort_force_and_gc_remove_claims_left_by_a_dead_server() {
     for (i, begin) in [&["--visibility", "part"][..], &[][..]].iter().enumerate() {
         let row = format!("{begin:?}");
         let built = env.load(&format!("a_{i}"), &format!("rec-abort-{i}"), begin, true);
-        let out = env
-            .commit_cmd(&built.load, &built.winners)
-            .env("CHPART_TEST_CRASH_AT", "after-attach:5")
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            None,
-            "{row}: to be killed: {}",
-            text(&out)
-        );
-        crash_claims(&mut env, &built, 2);
+        crash_claims(&mut env, &built, "after-attach:5", 2, &row);
         let out = env.run(&["abort", "--load", &built.load, "--force"]);
         assert_eq!(out.status.code(), Some(0), "{row}: abort: {}", text(&out));
         let out = env.run(&["gc"]);

@@ -1020,17 +1020,8 @@ fn replace_intents(view: &LoadView) -> Result<BTreeMap<PartitionId, Option<u64>>
     let mut out = BTreeMap::new();
     for e in &view.entries {
         if let Ok(Some(CommitEntry::PublishIntent(id))) = CommitEntry::parse(&e.entry_id) {
-            let body: serde_json::Value = serde_json::from_str(&e.body).map_err(|err| {
-                CommitError::Ledger(
-                    crate::ledger::LedgerError::BadEntry {
-                        load: e.load_id.clone(),
-                        entry_id: e.entry_id.clone(),
-                        kind: e.kind.clone(),
-                        message: err.to_string(),
-                    }
-                    .into(),
-                )
-            })?;
+            let body: serde_json::Value =
+                crate::ledger::body_of(e).map_err(|err| CommitError::Ledger(err.into()))?;
             out.insert(id, body.get("target_max_block").and_then(|b| b.as_u64()));
         }
     }

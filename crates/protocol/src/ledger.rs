@@ -286,7 +286,7 @@ pub enum LedgerError {
 }
 
 /// An entry's JSON body, or the error naming the entry.
-fn body_of<T: serde::de::DeserializeOwned>(e: &Entry) -> Result<T, LedgerError> {
+pub(crate) fn body_of<T: serde::de::DeserializeOwned>(e: &Entry) -> Result<T, LedgerError> {
     serde_json::from_str(&e.body).map_err(|err| bad_entry(e, err.to_string()))
 }
 
