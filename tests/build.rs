@@ -657,19 +657,26 @@ impl Drop for Tmpfs {
 fn staging_on_another_filesystem_or_a_full_disk_fails_cleanly() {
     let ch = shared();
     let s = Setup::new(ch, "build_fs_faults");
-    assert_eq!(
-        exit_code(&s.begin("bd-1", &["--visibility", "part"])),
-        Some(0)
-    );
+    // `begin` records the staging root (from its config) and every build follows it.
+    let begin_staging_on = |load: &str, root: &Path| {
+        let out = chpart()
+            .args(["begin", "--config"])
+            .arg(&s.config)
+            .args(["--table", &s.table, "--load", load, "--visibility", "part"])
+            .env("CHPART_STAGING_ROOT", root)
+            .output()
+            .unwrap();
+        assert_eq!(exit_code(&out), Some(0), "{}", text(&out));
+    };
     let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 1000), "Parquet");
 
     // Staging on another filesystem than detached/: the rename cannot work (EXDEV).
     let other_fs = Tmpfs::mount("16m");
+    begin_staging_on("bd-1", other_fs.dir.path());
     let out = s
         .build_cmd("bd-1", "app-8.1", 0)
         .arg("--input")
         .arg(&input)
-        .env("CHPART_STAGING_ROOT", other_fs.dir.path())
         .output()
         .unwrap();
     assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
@@ -692,11 +699,11 @@ fn staging_on_another_filesystem_or_a_full_disk_fails_cleanly() {
         "SELECT now() AS ts, number AS id, randomString(200) AS name, NULL::Nullable(Float64) AS score FROM numbers(20000)",
         "Parquet",
     );
+    begin_staging_on("bd-2", small.dir.path());
     let out = s
-        .build_cmd("bd-1", "app-8.2", 0)
+        .build_cmd("bd-2", "app-8.2", 0)
         .arg("--input")
         .arg(&big)
-        .env("CHPART_STAGING_ROOT", small.dir.path())
         .output()
         .unwrap();
     // Retrying on the same full disk cannot help until someone frees space: permanent.
@@ -709,7 +716,7 @@ fn staging_on_another_filesystem_or_a_full_disk_fails_cleanly() {
     assert!(text(&out).contains("app-8.2"), "{}", text(&out));
     assert!(s.detached("events").is_empty());
     assert!(
-        !small.dir.path().join("bd-1/app-8.2").exists(),
+        !small.dir.path().join("bd-2/app-8.2").exists(),
         "staging removed after the failure"
     );
 }

@@ -86,7 +86,7 @@ pub(crate) fn commit(
         .unwrap()
 }
 
-fn expected_fingerprint(ch: &ClickHouse, partitions: &[u32]) -> String {
+pub(crate) fn expected_fingerprint(ch: &ClickHouse, partitions: &[u32]) -> String {
     let union: Vec<String> = partitions.iter().map(|p| partition_select(*p)).collect();
     ch.q(&fingerprint_sql(&format!(
         "({})",

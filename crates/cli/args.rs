@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chpart_config::Config;
-use chpart_core::{LoadId, TableRef};
+use chpart_core::{LoadId, RemotePath, StagingRoots, TableRef};
 use chpart_protocol::begin::{begin, BeginOutcome, BeginRequest};
 use chpart_protocol::ledger::{Mode, Visibility};
 use chpart_protocol::store::Ledger;
@@ -320,6 +320,28 @@ fn local_version(config: &Config) -> Option<String> {
     }
 }
 
+/// The config's staging roots, as `begin` resolves them per disk.
+fn staging_roots(config: &Config) -> Result<StagingRoots, Failure> {
+    let path = |key: &str, p: &str| {
+        RemotePath::new(p)
+            .with_context(|| key.to_owned())
+            .map_err(usage)
+    };
+    Ok(StagingRoots {
+        single: path("staging.root", &config.staging_root)?,
+        per_disk: config
+            .staging_disk_roots
+            .iter()
+            .map(|(disk, root)| {
+                Ok((
+                    disk.clone(),
+                    path(&format!("staging.disk_roots.{disk}"), root)?,
+                ))
+            })
+            .collect::<Result<_, Failure>>()?,
+    })
+}
+
 fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
     let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
     let target: TableRef = args.table.parse().context("--table").map_err(usage)?;
@@ -335,6 +357,7 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
         host: config.clickhouse.host_name.clone(),
         allow_materialized_views: args.allow_materialized_views,
         clickhouse_local_version: local_version(&config),
+        staging: staging_roots(&config)?,
     };
     let ledger = Ledger::new(server_of(&config), &config.ledger_database);
     let outcome = runtime()?
@@ -351,18 +374,24 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
         BeginOutcome::Opened(_) => "opened",
         BeginOutcome::AlreadyOpen(_) => "already open (no change)",
     };
+    let disks = spec
+        .publish_disks
+        .iter()
+        .map(|d| {
+            format!(
+                "disk {} at {}, staging {}",
+                d.disk, d.data_path, d.staging_root
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
     tracing::info!(
-        "load {} {what}: table {}, mode {}, visibility {}, executors publish into {} ({})",
+        "load {} {what}: table {}, mode {}, visibility {}, executors publish into {} ({disks})",
         spec.load,
         spec.target,
         spec.mode,
         spec.visibility,
         spec.publish,
-        spec.publish_snapshot
-            .data_paths
-            .first()
-            .map(String::as_str)
-            .unwrap_or("?"),
     );
     Ok(exit::ok())
 }

@@ -216,7 +216,14 @@ pub struct RawClickHouseLocal {
 pub struct RawStaging {
     /// Absolute path on the server's filesystem, on the same filesystem as the table's data path
     /// (publishing is a rename into `detached/`), e.g. `/var/lib/clickhouse/chpart-staging`.
+    /// Used for tables stored on one disk.
     pub root: String,
+    /// For tables on several disks (a storage policy with a JBOD volume): the staging root on
+    /// each disk's filesystem, by disk name (`system.disks.name`), e.g.
+    /// `{ disk2 = "/mnt/disk2/clickhouse/chpart-staging" }`. A disk not listed stages under
+    /// `<its path>/chpart-staging` (`system.disks.path`). Default: none listed.
+    #[serde(default)]
+    pub disk_roots: BTreeMap<String, String>,
 }
 
 /// `[ledger]`
@@ -276,6 +283,8 @@ pub struct Config {
     pub clickhouse_local: ClickHouseLocalSettings,
     /// Absolute POSIX path of the staging root on the server's filesystem, no trailing slash.
     pub staging_root: String,
+    /// Staging roots by disk name for tables on several disks (same form as `staging_root`).
+    pub staging_disk_roots: Vec<(String, String)>,
     /// Database of the ledger table.
     pub ledger_database: String,
 }
@@ -680,6 +689,15 @@ impl RawConfig {
             transport,
             clickhouse_local,
             staging_root: check_remote_path("staging.root", &self.staging.root)?,
+            staging_disk_roots: self
+                .staging
+                .disk_roots
+                .iter()
+                .map(|(disk, root)| {
+                    let key = format!("staging.disk_roots.{disk}");
+                    Ok((disk.clone(), check_remote_path(&key, root)?))
+                })
+                .collect::<Result<_, ConfigError>>()?,
             ledger_database: self.ledger.database,
         })
     }

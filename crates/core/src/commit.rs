@@ -75,11 +75,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::destination::DiskPlace;
 use crate::fingerprint::TableFingerprint;
 use crate::ids::{escape, AttemptId, LoadId, PartitionId, TableRef};
 use crate::manifest::Manifest;
 use crate::names::PartName;
-use crate::staging::{RemotePath, StagingLayout};
+use crate::staging::RemotePath;
 
 #[cfg(test)]
 mod tests;
@@ -154,10 +155,9 @@ pub struct Expected {
     pub publish: TableRef,
     /// The publish table's fingerprint.
     pub fingerprint: TableFingerprint,
-    /// The publish table's data path.
-    pub data_path: RemotePath,
-    /// The configured staging layout.
-    pub staging: StagingLayout,
+    /// The disks parts may be published on, each with the publish table's data path there and
+    /// the staging root attempts use for it.
+    pub disks: Vec<DiskPlace>,
     /// The host parts are published on.
     pub host: String,
 }
@@ -270,6 +270,18 @@ pub enum WinnerProblem {
         found: RemotePath,
         /// The publish table's.
         expected: RemotePath,
+        /// Its parts.
+        parts: PartList,
+    },
+    /// The parts are on a disk the load does not publish to.
+    #[error("{origin}: its {parts} were published on disk {found}, but this load publishes on {expected}")]
+    Disk {
+        /// The line.
+        origin: LineOrigin,
+        /// The manifest's disk (escaped).
+        found: String,
+        /// The load's disks.
+        expected: String,
         /// Its parts.
         parts: PartList,
     },
@@ -465,28 +477,44 @@ fn check_manifest(
             parts: parts(),
         });
     }
-    if m.target.data_path != expected.data_path {
-        out.push(WinnerProblem::DataPath {
-            origin: origin(),
-            found: m.target.data_path.clone(),
-            expected: expected.data_path.clone(),
-            parts: parts(),
-        });
+    for (disk, data_path, staging_dir) in m.disks() {
+        let Some(place) = expected.disks.iter().find(|d| d.disk == disk) else {
+            out.push(WinnerProblem::Disk {
+                origin: origin(),
+                found: escape(disk),
+                expected: expected
+                    .disks
+                    .iter()
+                    .map(|d| escape(&d.disk))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                parts: parts(),
+            });
+            continue;
+        };
+        if data_path != &place.data_path {
+            out.push(WinnerProblem::DataPath {
+                origin: origin(),
+                found: data_path.clone(),
+                expected: place.data_path.clone(),
+                parts: parts(),
+            });
+        }
+        let staging = place.staging().attempt(load, &m.attempt.id);
+        if staging_dir != staging.dir() {
+            out.push(WinnerProblem::StagingDir {
+                origin: origin(),
+                found: staging_dir.clone(),
+                expected: staging.dir().clone(),
+                parts: parts(),
+            });
+        }
     }
     if m.target.host != expected.host {
         out.push(WinnerProblem::Host {
             origin: origin(),
             found: escape(&m.target.host),
             expected: escape(&expected.host),
-            parts: parts(),
-        });
-    }
-    let staging = expected.staging.attempt(load, &m.attempt.id);
-    if &m.target.staging_dir != staging.dir() {
-        out.push(WinnerProblem::StagingDir {
-            origin: origin(),
-            found: m.target.staging_dir.clone(),
-            expected: staging.dir().clone(),
             parts: parts(),
         });
     }

@@ -11,6 +11,7 @@
 //! - [`ids`]: validated identifiers (load, attempt, partition, database, table).
 //! - [`names`]: part directory names in `detached/`, and classifying what is found there.
 //! - [`staging`]: remote POSIX paths and the attempt-scoped staging layout.
+//! - [`destination`]: the disks a load publishes to, each with its data path and staging root.
 //! - [`fingerprint`]: a digest of a table's shape, to refuse parts built for another schema.
 //! - [`manifest`]: the versioned JSON an attempt writes last, and its validation.
 //! - [`version`]: which clickhouse-local may build parts for which server.
@@ -21,6 +22,7 @@
 
 mod canon;
 pub mod commit;
+pub mod destination;
 pub mod fingerprint;
 pub mod ids;
 pub mod manifest;
@@ -37,13 +39,17 @@ pub use commit::{
     PartitionFacts, PartitionStep, PlanConflict, PlanError, PlannedPart, PlannedPartition,
     RowMismatch, Visibility, Winners, WinnersError,
 };
+pub use destination::{
+    publish_disks, Destination, DestinationError, DiskInfo, DiskName, DiskPlace, StagingRoots,
+    VolumeInfo,
+};
 pub use fingerprint::{ColumnShape, FingerprintError, TableFingerprint, TableShape};
 pub use ids::{
     Attempt, AttemptId, DatabaseName, IdError, LoadId, PartitionId, TableName, TableRef,
 };
 pub use manifest::{
-    FileEntry, Manifest, ManifestError, ManifestOrigin, PartEntry, Target, MANIFEST_FORMAT,
-    MANIFEST_VERSION,
+    FileEntry, Manifest, ManifestError, ManifestOrigin, OtherDisk, PartEntry, Target,
+    MANIFEST_FORMAT, MANIFEST_VERSION,
 };
 pub use names::{detached_part_name, parse_detached_entry, DetachedEntry, PartName, PartNameError};
 pub use staging::{

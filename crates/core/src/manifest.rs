@@ -100,6 +100,23 @@ pub struct Target {
     pub data_path: RemotePath,
     /// The attempt's staging directory: `<staging root>/<load>/<attempt>`.
     pub staging_dir: RemotePath,
+    /// The other disks of the table this attempt published parts on (a storage policy of
+    /// several disks), each with its own data path and staging directory; the disk above is
+    /// the attempt's home, where its manifest is. Absent from the JSON when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_disks: Vec<OtherDisk>,
+}
+
+/// A disk other than the home one an attempt published parts on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtherDisk {
+    /// The disk (`system.disks.name`).
+    pub disk: String,
+    /// The table's data path on that disk; these parts are in its `detached/`.
+    pub data_path: RemotePath,
+    /// The attempt's staging directory on that disk: `<disk's staging root>/<load>/<attempt>`.
+    pub staging_dir: RemotePath,
 }
 
 /// One published part.
@@ -121,6 +138,10 @@ pub struct PartEntry {
     pub hash_of_all_files: String,
     /// Every file of the part.
     pub files: Vec<FileEntry>,
+    /// The disk whose `detached/` holds it, when not the target's (home) disk: one of
+    /// `target.other_disks`. Absent from the JSON for a part on the home disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<String>,
 }
 
 /// One file of a part, so a copy can be verified end to end (ATTACH only checks sizes).
@@ -239,6 +260,24 @@ pub enum ManifestError {
         origin: Box<ManifestOrigin>,
         /// The directory found.
         staging_dir: RemotePath,
+    },
+    /// A disk listed twice (the home disk also among `other_disks`, or one of those twice).
+    #[error("{origin}: disk {disk} is listed twice in target")]
+    DuplicateDisk {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The disk, quoted.
+        disk: String,
+    },
+    /// A part on a disk the target does not list.
+    #[error("{origin}: part {part}: disk {disk} is not one of the target's disks")]
+    UnknownDisk {
+        /// Which manifest.
+        origin: Box<ManifestOrigin>,
+        /// The part's name.
+        part: String,
+        /// The disk, quoted.
+        disk: String,
     },
     /// A valid part name, but not of the shape chpart generates.
     #[error("{origin}: part {part}: not a name chpart generates (min block = max block >= 2^62, level 0, no mutation)")]
@@ -484,6 +523,27 @@ impl Manifest {
         serde_json::to_string(&doc).expect("a manifest always serializes")
     }
 
+    /// Every disk the attempt published on: (disk, the table's data path there, the attempt's
+    /// staging directory there), the home disk first.
+    pub fn disks(&self) -> impl Iterator<Item = (&str, &RemotePath, &RemotePath)> {
+        let t = &self.target;
+        std::iter::once((t.disk.as_str(), &t.data_path, &t.staging_dir)).chain(
+            t.other_disks
+                .iter()
+                .map(|d| (d.disk.as_str(), &d.data_path, &d.staging_dir)),
+        )
+    }
+
+    /// The table's data path on the disk that holds `part` (its `detached/` has the part).
+    /// A part naming a disk the target does not list (which [`Manifest::validate`] refuses)
+    /// gets the home disk's.
+    pub fn data_path_of(&self, part: &PartEntry) -> &RemotePath {
+        part.disk
+            .as_deref()
+            .and_then(|disk| self.disks().find(|(d, _, _)| *d == disk))
+            .map_or(&self.target.data_path, |(_, data_path, _)| data_path)
+    }
+
     /// Rows in all parts.
     pub fn total_rows(&self) -> u64 {
         self.parts
@@ -497,13 +557,20 @@ impl Manifest {
     pub fn validate(&self) -> Result<(), ManifestError> {
         let origin = || Box::new(ManifestOrigin::of(self));
         let attempt = &self.attempt.id;
-        if StagingLayout::containing_attempt_dir(&self.target.staging_dir, &self.load, attempt)
-            .is_none()
-        {
-            return Err(ManifestError::StagingDirMismatch {
-                origin: origin(),
-                staging_dir: self.target.staging_dir.clone(),
-            });
+        let mut disks = HashSet::new();
+        for (disk, _, staging_dir) in self.disks() {
+            if StagingLayout::containing_attempt_dir(staging_dir, &self.load, attempt).is_none() {
+                return Err(ManifestError::StagingDirMismatch {
+                    origin: origin(),
+                    staging_dir: staging_dir.clone(),
+                });
+            }
+            if !disks.insert(disk) {
+                return Err(ManifestError::DuplicateDisk {
+                    origin: origin(),
+                    disk: show(disk),
+                });
+            }
         }
         let mut names = HashSet::new();
         let mut seqs: HashMap<u32, &PartName> = HashMap::new();
@@ -530,6 +597,13 @@ impl Manifest {
                     part: part(),
                     seq: p.seq,
                     expected: expected.to_string(),
+                });
+            }
+            if let Some(disk) = p.disk.as_deref().filter(|d| !disks.contains(d)) {
+                return Err(ManifestError::UnknownDisk {
+                    origin: origin(),
+                    part: part(),
+                    disk: show(disk),
                 });
             }
             if !names.insert(&p.name) {
@@ -648,6 +722,15 @@ mod tests {
             bytes_on_disk: 1303,
             hash_of_all_files: "0f".repeat(16),
             files,
+            disk: None,
+        }
+    }
+
+    fn second_disk(staging_dir: &str) -> OtherDisk {
+        OtherDisk {
+            disk: "d2".into(),
+            data_path: "/mnt/d2/store/abc/abcd/".parse().unwrap(),
+            staging_dir: staging_dir.parse().unwrap(),
         }
     }
 
@@ -667,6 +750,7 @@ mod tests {
                 disk: "default".into(),
                 data_path: "/var/lib/clickhouse/store/abc/abcd/".parse().unwrap(),
                 staging_dir: "/staging/L/A".parse().unwrap(),
+                other_disks: Vec::new(),
             },
             load,
             attempt: Attempt {
@@ -703,6 +787,38 @@ mod tests {
                 "staging dir of another load",
                 |m| m.target.staging_dir = "/staging/M/A".parse().unwrap(),
                 Some("target.staging_dir /staging/M/A"),
+            ),
+            (
+                "a part on a second disk",
+                |m| {
+                    m.target.other_disks.push(second_disk("/staging2/L/A"));
+                    m.parts[1].disk = Some("d2".into());
+                },
+                None,
+            ),
+            (
+                "a part naming the home disk",
+                |m| m.parts[1].disk = Some("default".into()),
+                None,
+            ),
+            (
+                "a part on an unlisted disk",
+                |m| m.parts[1].disk = Some("d2".into()),
+                Some("manifest of load L attempt A: part 202601_"),
+            ),
+            (
+                "a second disk's staging of another attempt",
+                |m| m.target.other_disks.push(second_disk("/staging2/L/B")),
+                Some("target.staging_dir /staging2/L/B is not this attempt's"),
+            ),
+            (
+                "the home disk listed again",
+                |m| {
+                    let mut d = second_disk("/staging2/L/A");
+                    d.disk = "default".into();
+                    m.target.other_disks.push(d);
+                },
+                Some("disk \"default\" is listed twice"),
             ),
             (
                 "ClickHouse-style name",

@@ -6,7 +6,9 @@
 //! table executors publish into when the load's partitions must appear atomically. Re-running it for an open load with the same request is
 //! a no-op; for a committed or aborted load it refuses ([`BeginError::NotOpen`]).
 
-use chpart_core::{LoadId, TableName, TableRef};
+use chpart_core::{
+    publish_disks, DiskInfo, DiskPlace, LoadId, StagingRoots, TableName, TableRef, VolumeInfo,
+};
 use chpart_server::{quote_table, ServerError};
 use sha2::{Digest, Sha256};
 
@@ -36,6 +38,9 @@ pub struct BeginRequest {
     pub allow_materialized_views: bool,
     /// This host's clickhouse-local version, if it could be run, to record in the spec.
     pub clickhouse_local_version: Option<String>,
+    /// The configured staging roots; `begin` picks one per disk the load publishes to and
+    /// records it in the spec, which every build, commit and gc then follows.
+    pub staging: StagingRoots,
 }
 
 /// What `begin` did.
@@ -243,6 +248,7 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         }
     };
 
+    let publish_disks = resolve_disks(server, &publish, &publish_snapshot, &req.staging).await?;
     let server_version = server.version().await?;
     if let Some(local) = &req.clickhouse_local_version {
         // Only executors build; this host's clickhouse-local is a hint that theirs may be newer.
@@ -262,6 +268,7 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         server_timezone: Some(server.timezone().await?),
         clickhouse_local_version: req.clickhouse_local_version.clone(),
         host: req.host.clone(),
+        publish_disks,
         opened_at_unix_ms: now_unix_ms(),
     };
     let body = serde_json::to_string(&spec).expect("a LoadSpec serializes");
@@ -276,6 +283,47 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         winner => Ok(existing_outcome(&view.state, winner.as_ref(), req)?
             .unwrap_or(BeginOutcome::Opened(spec))),
     }
+}
+
+/// The disks of `table` a load publishes parts to, each with its staging root (see
+/// `chpart_core::destination`): the local disks of its storage policy's first volume.
+async fn resolve_disks(
+    server: &chpart_server::Server,
+    table: &TableRef,
+    snapshot: &TableSnapshot,
+    roots: &StagingRoots,
+) -> Result<Vec<DiskPlace>, BeginError> {
+    let disks: Vec<DiskInfo> = server
+        .disks()
+        .await?
+        .into_iter()
+        .map(|d| DiskInfo {
+            local: d.disk_type == "Local" && !d.is_remote,
+            name: d.name,
+            path: d.path,
+        })
+        .collect();
+    let volumes: Vec<VolumeInfo> = server
+        .policy_volumes(&snapshot.storage_policy)
+        .await?
+        .into_iter()
+        .map(|v| VolumeInfo {
+            name: v.volume_name,
+            priority: v.volume_priority,
+            disks: v.disks,
+        })
+        .collect();
+    publish_disks(
+        &snapshot.storage_policy,
+        &snapshot.data_paths,
+        &disks,
+        &volumes,
+        roots,
+    )
+    .map_err(|e| BeginError::Unsupported {
+        table: table.clone(),
+        message: e.to_string(),
+    })
 }
 
 /// Stops background merges of the load's shadow table until its partitions are published:

@@ -28,10 +28,10 @@ use chpart_build::{
     build_query, digest_part, inspect_parts, local_args, local_table_ddl, rewrite_query, ttl_due,
     BuiltPart, FileSource, LocalCommand, LocalIdentity, Rewrite, RunError, WorkDir,
 };
-use chpart_core::manifest::{FileEntry, Manifest, PartEntry, Target};
+use chpart_core::manifest::{FileEntry, Manifest, OtherDisk, PartEntry, Target};
 use chpart_core::{
-    detached_part_name, Attempt, AttemptId, AttemptStaging, LoadId, PartName, RemotePath,
-    StagingLayout,
+    detached_part_name, Attempt, AttemptId, AttemptStaging, Destination, DiskPlace, LoadId,
+    PartName, RemotePath, StagingLayout,
 };
 use chpart_input::{ArrowStreamPump, ChType, InputError, InputPlan, ParquetInput, TargetColumn};
 use chpart_remote::{RemoteError, RemoteFs};
@@ -502,19 +502,12 @@ fn parquet_sources(
 pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, BuildError> {
     let started = Instant::now();
     let spec = open_spec(env.loads, &req.load)?;
-    let data_path = match spec.publish_snapshot.data_paths.as_slice() {
-        [one] => RemotePath::new(one).map_err(build_err)?,
-        paths => {
-            return Err(BuildError::Unsupported {
-                load: req.load.clone(),
-                message: format!(
-                "{} stores data on {} disks; chpart publishes to single-disk tables only for now",
-                spec.publish,
-                paths.len()
-            ),
-            })
-        }
-    };
+    let destination = spec
+        .destination(&env.staging)
+        .map_err(|e| BuildError::Unsupported {
+            load: req.load.clone(),
+            message: format!("publish table data path: {e}"),
+        })?;
     let engine = &spec.publish_snapshot.shape.engine;
     if req.merge && engine != "MergeTree" {
         // OPTIMIZE FINAL folds rows in these engines (replaced versions, sums, collapsed
@@ -528,8 +521,8 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
             ),
         });
     }
-    let mut publisher = Publisher::claim(env, &req.load, &req.attempt.id)?;
-    let result = build_claimed(env, &spec, &data_path, req, &mut publisher, started);
+    let mut publisher = Publisher::claim(env, &destination, &req.load, &req.attempt.id)?;
+    let result = build_claimed(env, &spec, req, &mut publisher, started);
     if result.is_err() {
         publisher.undo();
     }
@@ -540,7 +533,6 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
 fn build_claimed(
     env: &BuildEnv<'_>,
     spec: &LoadSpec,
-    data_path: &RemotePath,
     req: BuildRequest,
     publisher: &mut Publisher<'_>,
     started: Instant,
@@ -583,10 +575,24 @@ fn build_claimed(
             ))
         })
         .collect::<Result<Vec<PartName>, BuildError>>()?;
-    let shipped = ship_parts(env, &built.parts, &names, &publisher.staging, &mut timings)?;
+    // Each part goes to a disk of the load's destination, staged on that disk's filesystem.
+    let disks: Vec<usize> = (0u32..)
+        .zip(&names)
+        .map(|(seq, _)| publisher.disk_for(&req.load, &req.attempt.id, seq))
+        .collect();
+    for &disk in &disks {
+        publisher.claim_disk(disk)?;
+    }
+    let staged: Vec<RemotePath> = names
+        .iter()
+        .zip(&disks)
+        .map(|(name, &disk)| publisher.stagings[disk].staging.part_dir(name))
+        .collect();
+    let shipped = ship_parts(env, &built.parts, &names, &staged, &mut timings)?;
     let entries: Vec<PartEntry> = (0u32..)
         .zip(built.parts.iter().zip(names).zip(shipped))
-        .map(|(seq, ((part, name), files))| PartEntry {
+        .zip(&disks)
+        .map(|((seq, ((part, name), files)), &disk)| PartEntry {
             bytes_on_disk: files.iter().map(|f| f.size).sum(),
             name,
             partition_id: part.partition_id.clone(),
@@ -594,9 +600,11 @@ fn build_claimed(
             rows: part.rows,
             hash_of_all_files: part.hash_of_all_files.clone(),
             files,
+            disk: (disk != 0).then(|| publisher.stagings[disk].place.disk.clone()),
         })
         .collect();
 
+    let home = &publisher.stagings[0];
     let manifest = Manifest {
         load: req.load.clone(),
         attempt: req.attempt.clone(),
@@ -604,9 +612,18 @@ fn build_claimed(
             database: spec.publish.database.clone(),
             table: spec.publish.table.clone(),
             host: spec.host.clone(),
-            disk: "default".into(),
-            data_path: data_path.clone(),
-            staging_dir: publisher.staging.dir().clone(),
+            disk: home.place.disk.clone(),
+            data_path: home.place.data_path.clone(),
+            staging_dir: home.staging.dir().clone(),
+            other_disks: publisher.stagings[1..]
+                .iter()
+                .filter(|s| s.claimed)
+                .map(|s| OtherDisk {
+                    disk: s.place.disk.clone(),
+                    data_path: s.place.data_path.clone(),
+                    staging_dir: s.staging.dir().clone(),
+                })
+                .collect(),
         },
         table_fingerprint: spec.publish_snapshot.fingerprint.clone(),
         clickhouse_local_version: built.identity.version.clone(),
@@ -616,7 +633,7 @@ fn build_claimed(
         parts: entries,
     };
     manifest.validate().map_err(build_err)?;
-    publisher.publish(env, spec, &manifest, data_path, &mut timings)?;
+    publisher.publish(env, spec, &manifest, &mut timings)?;
     // The attempt is complete and published: a local leftover must not fail it (a later build
     // sweeps work dirs whose process is gone).
     if let Err(e) = work.close() {
@@ -629,12 +646,12 @@ fn build_claimed(
 /// Digests every part and uploads it into staging, as a pipeline: a part goes to the uploaders
 /// (one thread per connection) as soon as its files are digested, so hashing overlaps the
 /// transfer, and a backend that moves instead of copying (the local one) never takes a part
-/// before it was digested. Returns each part's files, in order.
+/// before it was digested. Part `i` goes to `staged[i]`. Returns each part's files, in order.
 fn ship_parts(
     env: &BuildEnv<'_>,
     parts: &[BuiltPart],
     names: &[PartName],
-    staging: &AttemptStaging,
+    staged: &[RemotePath],
     timings: &mut BuildTimings,
 ) -> Result<Vec<Vec<FileEntry>>, BuildError> {
     let t = Instant::now();
@@ -663,7 +680,7 @@ fn ship_parts(
                 scope.spawn(move || loop {
                     let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                     let Ok(i) = next else { return Ok(()) };
-                    let to = staging.part_dir(&names[i]);
+                    let to = &staged[i];
                     if let Err(e) = fs.upload_dir_consuming(&parts[i].dir, to.as_str()) {
                         failed.store(true, Ordering::Relaxed);
                         return Err(remote(format!("upload part {} to {to}", names[i]))(e));
@@ -695,13 +712,22 @@ fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
 }
 
 /// The remote half of an attempt, remembering what it created so a failure can undo exactly
-/// that and nothing of anyone else's.
+/// that and nothing of anyone else's. It owns one staging directory per disk it publishes
+/// on: the home disk's (claimed before any work; the manifest goes there) and those of the
+/// other disks its parts go to (claimed before the upload), each `<disk's staging root>/<load>/<attempt>/`.
 struct Publisher<'a> {
     fs: &'a dyn RemoteFs,
-    staging: AttemptStaging,
-    /// This process created `staging.dir()` (so it may remove it).
-    claimed: bool,
+    /// One per disk of the destination, the home disk first.
+    stagings: Vec<DiskStaging>,
     published: Vec<String>,
+}
+
+/// The attempt's staging on one disk.
+struct DiskStaging {
+    place: DiskPlace,
+    staging: AttemptStaging,
+    /// This process created `staging.dir()` (so it may remove it, and parts go through it).
+    claimed: bool,
 }
 
 #[derive(Serialize)]
@@ -712,41 +738,76 @@ struct PublishIntent<'a> {
 }
 
 impl<'a> Publisher<'a> {
-    /// Claims `<staging>/<load>/<attempt>/` by creating it exclusively, and its `parts/`.
+    /// Claims the home disk's `<staging>/<load>/<attempt>/` by creating it exclusively, and
+    /// its `parts/`.
     fn claim(
         env: &BuildEnv<'a>,
+        destination: &Destination,
         load: &LoadId,
         attempt: &AttemptId,
     ) -> Result<Publisher<'a>, BuildError> {
-        let fs = env.fs;
-        let load_dir = env.staging.load_dir(load);
+        let mut publisher = Publisher {
+            fs: env.fs,
+            stagings: destination
+                .disks
+                .iter()
+                .map(|place| DiskStaging {
+                    staging: place.staging().attempt(load, attempt),
+                    place: place.clone(),
+                    claimed: false,
+                })
+                .collect(),
+            published: Vec::new(),
+        };
+        publisher.claim_disk(0)?;
+        Ok(publisher)
+    }
+
+    /// The index of the disk the attempt's part `seq` goes to.
+    fn disk_for(&self, load: &LoadId, attempt: &AttemptId, seq: u32) -> usize {
+        let destination = Destination {
+            host: String::new(),
+            disks: self.stagings.iter().map(|s| s.place.clone()).collect(),
+        };
+        let disk = &destination.disk_for(load, attempt, seq).disk;
+        self.stagings
+            .iter()
+            .position(|s| &s.place.disk == disk)
+            .expect("disk_for picks one of the destination's disks")
+    }
+
+    /// Claims the attempt's staging directory on disk `index` (exclusively, with `parts/`),
+    /// unless this process already did. A directory that exists is another build's: the
+    /// attempt id was used twice.
+    fn claim_disk(&mut self, index: usize) -> Result<(), BuildError> {
+        let fs = self.fs;
+        let slot = &mut self.stagings[index];
+        if slot.claimed {
+            return Ok(());
+        }
+        let dir = slot.staging.dir().clone();
+        let load_dir = dir.parent().expect("an attempt dir has a load dir");
         fs.create_dir_all(load_dir.as_str())
             .map_err(remote(format!("create staging dir {load_dir}")))?;
-        let staging = env.staging.attempt(load, attempt);
-        let dir = staging.dir().clone();
         match fs.create_dir(dir.as_str()) {
-            Ok(()) => {}
+            Ok(()) => slot.claimed = true,
             Err(RemoteError::AlreadyExists { .. }) => {
+                let load = load_dir.file_name().unwrap_or_default();
                 return Err(BuildError::AttemptTaken {
-                    load: load.clone(),
-                    attempt: attempt.clone(),
+                    load: load.parse().map_err(build_err)?,
+                    attempt: dir
+                        .file_name()
+                        .unwrap_or_default()
+                        .parse()
+                        .map_err(build_err)?,
                     path: dir,
-                })
+                });
             }
             Err(e) => return Err(remote(format!("create staging dir {dir}"))(e)),
         }
-        let mut publisher = Publisher {
-            fs,
-            staging,
-            claimed: true,
-            published: Vec::new(),
-        };
-        let parts_dir = publisher.staging.parts_dir();
-        if let Err(e) = fs.create_dir(parts_dir.as_str()) {
-            publisher.undo();
-            return Err(remote(format!("create staging dir {parts_dir}"))(e));
-        }
-        Ok(publisher)
+        let parts_dir = slot.staging.parts_dir();
+        fs.create_dir(parts_dir.as_str())
+            .map_err(remote(format!("create staging dir {parts_dir}")))
     }
 
     fn publish(
@@ -754,85 +815,74 @@ impl<'a> Publisher<'a> {
         env: &BuildEnv<'_>,
         spec: &LoadSpec,
         manifest: &Manifest,
-        data_path: &RemotePath,
         timings: &mut BuildTimings,
     ) -> Result<(), BuildError> {
         let fs = self.fs;
-        let staging = &self.staging;
         let t = Instant::now();
-        let detached_dir = chpart_core::detached_dir(data_path);
-        let detached_of = |name: &PartName| {
-            chpart_core::detached_part_path(data_path, name)
-                .as_str()
-                .to_owned()
-        };
-        let intent = PublishIntent {
-            load: &manifest.load,
-            attempt: manifest.attempt.id.as_str(),
-            detached: manifest
-                .parts
-                .iter()
-                .map(|p| detached_of(&p.name))
-                .collect(),
-        };
-        let intent_path = staging.publish_intent();
-        fs.write_file_atomic(
-            intent_path.as_str(),
-            serde_json::to_string(&intent)
-                .expect("serializes")
-                .as_bytes(),
-        )
-        .map_err(remote(format!("write {intent_path}")))?;
+        // Per disk: (its staging, the table's data path there, the parts going there).
+        let mut per_disk: Vec<(&DiskStaging, &RemotePath, Vec<&PartEntry>)> = self
+            .stagings
+            .iter()
+            .filter(|s| s.claimed)
+            .map(|s| (s, &s.place.data_path, Vec::new()))
+            .collect();
+        for part in &manifest.parts {
+            let data_path = manifest.data_path_of(part);
+            let slot = per_disk
+                .iter_mut()
+                .find(|(_, d, _)| *d == data_path)
+                .expect("every part's disk was claimed");
+            slot.2.push(part);
+        }
+        // Each disk's intent lists the parts about to leave that disk's staging for its
+        // detached/, before the first of them does: gc finds them there.
+        for (slot, data_path, parts) in &per_disk {
+            let intent = PublishIntent {
+                load: &manifest.load,
+                attempt: manifest.attempt.id.as_str(),
+                detached: parts
+                    .iter()
+                    .map(|p| chpart_core::detached_part_path(data_path, &p.name).to_string())
+                    .collect(),
+            };
+            let intent_path = slot.staging.publish_intent();
+            fs.write_file_atomic(
+                intent_path.as_str(),
+                serde_json::to_string(&intent)
+                    .expect("serializes")
+                    .as_bytes(),
+            )
+            .map_err(remote(format!("write {intent_path}")))?;
+        }
 
         // Fence: nothing enters detached/ once the load is finished.
         let _ = open_spec(env.loads, &spec.load)?;
 
-        if let Some(first) = manifest.parts.first() {
-            let detached = fs
-                .stat(detached_dir.as_str())
-                .map_err(remote(format!("stat {detached_dir}")))?
-                .ok_or_else(|| BuildError::Remote {
-                    op: format!("find {detached_dir}"),
-                    source: Box::new(RemoteError::NotFound {
-                        path: detached_dir.as_str().to_owned(),
-                        at: fs.describe(),
-                        op: "stat",
-                    }),
-                })?;
-            let staged = staging.part_dir(&first.name);
-            let part = fs
-                .stat(staged.as_str())
-                .map_err(remote(format!("stat {staged}")))?
-                .ok_or_else(|| BuildError::Build(format!("staged part {staged} vanished")))?;
-            if part.uid != detached.uid {
-                return Err(BuildError::Ownership {
-                    path: staged.as_str().to_owned(),
-                    owner: part.uid,
-                    detached: detached_dir.as_str().to_owned(),
-                    server_uid: detached.uid,
-                });
+        for (slot, data_path, parts) in &per_disk {
+            if let Some(first) = parts.first() {
+                check_owner(fs, data_path, &slot.staging.part_dir(&first.name))?;
             }
         }
-        for entry in &manifest.parts {
-            let from = staging.part_dir(&entry.name);
-            let to = detached_of(&entry.name);
-            fs.rename_noreplace(from.as_str(), &to)
-                .map_err(remote(format!("publish part {} into {to}", entry.name)))?;
-            self.published.push(to);
+        for (slot, data_path, parts) in &per_disk {
+            for entry in parts {
+                let from = slot.staging.part_dir(&entry.name);
+                let to = chpart_core::detached_part_path(data_path, &entry.name).to_string();
+                fs.rename_noreplace(from.as_str(), &to)
+                    .map_err(remote(format!("publish part {} into {to}", entry.name)))?;
+                self.published.push(to);
+            }
         }
-        let tmp = staging.manifest_tmp();
+        let home = &self.stagings[0].staging;
+        let tmp = home.manifest_tmp();
         let _ = fs.remove_all(tmp.as_str());
-        fs.write_file_atomic(
-            staging.manifest().as_str(),
-            manifest.to_json_line().as_bytes(),
-        )
-        .map_err(remote(format!("write manifest {}", staging.manifest())))?;
+        fs.write_file_atomic(home.manifest().as_str(), manifest.to_json_line().as_bytes())
+            .map_err(remote(format!("write manifest {}", home.manifest())))?;
         timings.publish_secs = t.elapsed().as_secs_f64();
         Ok(())
     }
 
-    /// Best effort: remove the parts this process published and the staging dir it created.
-    /// What fails here stays for gc, which finds it through the publish intent (kept if a part
+    /// Best effort: remove the parts this process published and the staging dirs it created.
+    /// What fails here stays for gc, which finds it through the publish intents (kept if a part
     /// could not go).
     fn undo(&mut self) {
         let mut all_removed = true;
@@ -844,13 +894,51 @@ impl<'a> Publisher<'a> {
                 all_removed = false;
             }
         }
-        if all_removed && std::mem::take(&mut self.claimed) {
-            let dir = self.staging.dir();
+        if !all_removed {
+            return;
+        }
+        for slot in self.stagings.iter_mut().filter(|s| s.claimed) {
+            slot.claimed = false;
+            let dir = slot.staging.dir();
             if let Err(e) = self.fs.remove_all(dir.as_str()) {
                 tracing::warn!("could not remove staging {dir} after the failure: {e}; gc will");
             }
         }
     }
+}
+
+/// Refuses to publish a part the server could not attach: `staged` (a part in staging) must
+/// belong to the owner of `<data_path>/detached`, the server's user.
+fn check_owner(
+    fs: &dyn RemoteFs,
+    data_path: &RemotePath,
+    staged: &RemotePath,
+) -> Result<(), BuildError> {
+    let detached_dir = chpart_core::detached_dir(data_path);
+    let detached = fs
+        .stat(detached_dir.as_str())
+        .map_err(remote(format!("stat {detached_dir}")))?
+        .ok_or_else(|| BuildError::Remote {
+            op: format!("find {detached_dir}"),
+            source: Box::new(RemoteError::NotFound {
+                path: detached_dir.as_str().to_owned(),
+                at: fs.describe(),
+                op: "stat",
+            }),
+        })?;
+    let part = fs
+        .stat(staged.as_str())
+        .map_err(remote(format!("stat {staged}")))?
+        .ok_or_else(|| BuildError::Build(format!("staged part {staged} vanished")))?;
+    if part.uid != detached.uid {
+        return Err(BuildError::Ownership {
+            path: staged.as_str().to_owned(),
+            owner: part.uid,
+            detached: detached_dir.as_str().to_owned(),
+            server_uid: detached.uid,
+        });
+    }
+    Ok(())
 }
 
 /// The load directory backed by the ledger, for synchronous code (the build runs on a plain

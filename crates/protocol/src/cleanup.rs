@@ -16,7 +16,7 @@
 use std::collections::BTreeSet;
 
 use chpart_core::commit::Visibility;
-use chpart_core::{DetachedEntry, LoadId, PartName, RemotePath, StagingLayout};
+use chpart_core::{DetachedEntry, DiskPlace, LoadId, PartName, RemotePath, StagingLayout};
 use chpart_remote::{RemoteError, RemoteFs};
 use chpart_server::{quote_table, Server, ServerError};
 use serde::{Deserialize, Serialize};
@@ -66,6 +66,14 @@ pub enum CleanupError {
     /// The server failed.
     #[error(transparent)]
     Server(Box<ServerError>),
+    /// The load's spec names a data path that is no absolute path.
+    #[error("load {load}: publish table data path: {source}")]
+    BadSpec {
+        /// The load.
+        load: LoadId,
+        /// Why.
+        source: chpart_core::PathError,
+    },
     /// The filesystem failed.
     #[error("{op}: {source}")]
     Remote {
@@ -168,7 +176,42 @@ fn read_intent(fs: &dyn RemoteFs, path: &str) -> Result<Vec<String>, CleanupErro
     }
 }
 
-/// Removes (or lists, with `dry_run`) what a finished load left. Idempotent.
+/// The disks a load published to, each with its staging root (the configured `staging` for
+/// loads begun before chpart recorded them).
+fn disks_of(spec: &LoadSpec, staging: &StagingLayout) -> Result<Vec<DiskPlace>, CleanupError> {
+    spec.destination(staging)
+        .map(|d| d.disks)
+        .map_err(|source| CleanupError::BadSpec {
+            load: spec.load.clone(),
+            source,
+        })
+}
+
+/// Attempts found in the load's staging on every disk, one entry per attempt (an attempt that
+/// published on several disks has a directory on each: its manifest is on one, its parts are
+/// counted on all).
+fn staged_attempts_on_disks(
+    fs: &dyn RemoteFs,
+    disks: &[DiskPlace],
+    load: &LoadId,
+) -> Result<Vec<StagedAttempt>, CleanupError> {
+    let mut out: Vec<StagedAttempt> = Vec::new();
+    for disk in disks {
+        for attempt in staged_attempts(fs, &disk.staging(), load)? {
+            match out.iter_mut().find(|a| a.attempt == attempt.attempt) {
+                Some(seen) => {
+                    seen.has_manifest |= attempt.has_manifest;
+                    seen.parts.extend(attempt.parts);
+                }
+                None => out.push(attempt),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Removes (or lists, with `dry_run`) what a finished load left, on every disk it published
+/// to. Idempotent.
 pub async fn clean_finished_load(
     server: &Server,
     fs: &dyn RemoteFs,
@@ -177,7 +220,7 @@ pub async fn clean_finished_load(
     dry_run: bool,
 ) -> Result<Vec<Removal>, CleanupError> {
     let mut removed = Vec::new();
-    let attempts = tokio::task::block_in_place(|| staged_attempts(fs, staging, &spec.load))?;
+    let disks = disks_of(spec, staging)?;
     let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
     if spec.publish != spec.target {
         // The shadow belongs to this load alone: dropping it removes its detached/ too.
@@ -194,11 +237,31 @@ pub async fn clean_finished_load(
                 table: spec.publish.to_string(),
             });
         }
-    } else if dry_run {
+    }
+    for disk in &disks {
+        removed.extend(clean_disk(server, fs, spec, disk, dry_run).await?);
+    }
+    Ok(removed)
+}
+
+/// [`clean_finished_load`] for the staging on one disk and the parts it published into that
+/// disk's `detached/`.
+async fn clean_disk(
+    server: &Server,
+    fs: &dyn RemoteFs,
+    spec: &LoadSpec,
+    disk: &DiskPlace,
+    dry_run: bool,
+) -> Result<Vec<Removal>, CleanupError> {
+    let mut removed = Vec::new();
+    let staging = disk.staging();
+    let attempts = tokio::task::block_in_place(|| staged_attempts(fs, &staging, &spec.load))?;
+    let data_path = &disk.data_path;
+    if spec.publish == spec.target && dry_run {
         // What the pass below drops; it reads each intent only once the directory is taken.
         for attempt in &attempts {
             removed.extend(
-                drop_listed_parts(server, fs, spec, attempt, true)
+                drop_listed_parts(server, fs, spec, data_path, attempt, true)
                     .await?
                     .removed,
             );
@@ -233,7 +296,8 @@ pub async fn clean_finished_load(
                 })?,
                 ..attempt.clone()
             };
-            let dropped = drop_listed_parts(server, fs, spec, &taken_attempt, false).await?;
+            let dropped =
+                drop_listed_parts(server, fs, spec, data_path, &taken_attempt, false).await?;
             removed.extend(dropped.removed);
             if dropped.held > 0 {
                 // The intent is the only record that these parts are the attempt's: keep it
@@ -276,6 +340,7 @@ async fn drop_listed_parts(
     server: &Server,
     fs: &dyn RemoteFs,
     spec: &LoadSpec,
+    data_path: &RemotePath,
     attempt: &StagedAttempt,
     dry_run: bool,
 ) -> Result<Dropped, CleanupError> {
@@ -304,11 +369,6 @@ async fn drop_listed_parts(
         removed: Vec::new(),
         held: 0,
     };
-    let data_path = spec
-        .publish_snapshot
-        .data_paths
-        .first()
-        .and_then(|p| RemotePath::new(p).ok());
     let mut to_drop: Vec<String> = attempt
         .parts
         .iter()
@@ -319,10 +379,10 @@ async fn drop_listed_parts(
         // Read after the observation above: see `claim_crashed`.
         let check = ClaimCheck::read(server, table).await?;
         for (part, modified) in claimed {
-            let Some(data_path) = data_path.as_ref().filter(|_| check.crashed(modified)) else {
+            if !check.crashed(modified) {
                 out.held += 1;
                 continue;
-            };
+            }
             if !dry_run {
                 let taken = tokio::task::block_in_place(|| reclaim(fs, data_path, &part))
                     .map_err(remote(format!("rename detached/attaching_{part} back")))?;
@@ -531,7 +591,13 @@ async fn load_status(
         .as_ref()
         .map(|p| p.winners.iter().map(|(n, a)| (*n, a.to_string())).collect())
         .unwrap_or_default();
-    let staged = tokio::task::block_in_place(|| staged_attempts(fs, staging, load))?;
+    let staged = match &view.spec {
+        Some(spec) => {
+            let disks = disks_of(spec, staging)?;
+            tokio::task::block_in_place(|| staged_attempts_on_disks(fs, &disks, load))?
+        }
+        None => tokio::task::block_in_place(|| staged_attempts(fs, staging, load))?,
+    };
     let attempts = staged
         .iter()
         .filter(|a| !a.attempt.starts_with(TAKEN_PREFIX)) // being removed by gc

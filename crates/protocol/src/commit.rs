@@ -14,7 +14,7 @@
 //! re-sent after an unclear outcome; the server claims a detached part by renaming it, so a
 //! part can be attached at most once, and the next observation tells what happened.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use chpart_core::commit::{
@@ -23,7 +23,7 @@ use chpart_core::commit::{
     Expected, ForeignPart, PartFacts, PartLost, PartStep, PartitionBroken, PartitionFacts,
     PartitionStep, PlanConflict, PlanError, RowMismatch, Winners, WinnersError, PLAN_ENTRY,
 };
-use chpart_core::{AttemptId, LoadId, PartitionId, RemotePath, StagingLayout, TableRef};
+use chpart_core::{AttemptId, LoadId, PartName, PartitionId, RemotePath, StagingLayout, TableRef};
 use chpart_remote::RemoteFs;
 use chpart_server::{quote_str, quote_table, ServerError};
 use serde::{Deserialize, Serialize};
@@ -450,22 +450,16 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
             table: spec.target.clone(),
         });
     }
-    let data_path = RemotePath::new(
-        spec.publish_snapshot
-            .data_paths
-            .first()
-            .map(String::as_str)
-            .unwrap_or(""),
-    )
-    .map_err(|e| CommitError::Unsupported {
-        load: load.clone(),
-        message: format!("publish table data path: {e}"),
-    })?;
+    let destination = spec
+        .destination(&env.staging)
+        .map_err(|e| CommitError::Unsupported {
+            load: load.clone(),
+            message: format!("publish table data path: {e}"),
+        })?;
     let expected = Expected {
         publish: spec.publish.clone(),
         fingerprint: spec.publish_snapshot.fingerprint.clone(),
-        data_path: data_path.clone(),
-        staging: env.staging.clone(),
+        disks: destination.disks.clone(),
         host: spec.host.clone(),
     };
     let winners = match &req.winners {
@@ -499,7 +493,17 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
     }
     check_tables(env, &load, &tables).await?;
     let mut progress = progress_of(&view)?;
-    verify_waiting_parts(env, &spec, &winners, &progress, verify, &data_path).await?;
+    verify_waiting_parts(env, &spec, &winners, &progress, verify).await?;
+    // Where each planned part waits: the data path of the disk its manifest names.
+    let data_paths: HashMap<PartName, RemotePath> = winners
+        .manifests()
+        .values()
+        .flat_map(|m| {
+            m.parts
+                .iter()
+                .map(|p| (p.name.clone(), m.data_path_of(p).clone()))
+        })
+        .collect();
 
     let plan = match recorded_plan(&view)? {
         Some(recorded) => {
@@ -548,7 +552,7 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         match commit_phase(Some(&plan), &progress) {
             CommitPhase::NeedsPlan => unreachable!("the plan is recorded above"),
             CommitPhase::AttachParts { .. } => {
-                attached_now += attach_parts(env, &spec, &plan, &mut progress, &data_path).await?;
+                attached_now += attach_parts(env, &spec, &plan, &mut progress, &data_paths).await?;
                 // Continue from the ledger as reconcile read it: a concurrent commit may have
                 // moved on meanwhile.
                 let (read, observed) = reconcile_attached(env, &spec, &plan, verify).await?;
@@ -624,7 +628,6 @@ async fn verify_waiting_parts(
     winners: &Winners,
     progress: &CommitProgress,
     verify: Verify,
-    data_path: &RemotePath,
 ) -> Result<(), CommitError> {
     let observed = table_parts(env.ledger.server(), &spec.publish).await?;
     let mut fresh: Option<CommitProgress> = None;
@@ -658,6 +661,7 @@ async fn verify_waiting_parts(
                 });
             }
             let attempt = manifest.attempt.id.as_str();
+            let data_path = manifest.data_path_of(part);
             tokio::task::block_in_place(|| verify_part(env.fs, data_path, attempt, part, verify))
                 .map_err(|e| CommitError::Verify(Box::new(e)))?;
         }
@@ -678,7 +682,7 @@ async fn attach_parts(
     spec: &LoadSpec,
     plan: &CommitPlan,
     progress: &mut CommitProgress,
-    data_path: &RemotePath,
+    data_paths: &HashMap<PartName, RemotePath>,
 ) -> Result<usize, CommitError> {
     let server = env.ledger.server();
     let mut attached = 0;
@@ -757,6 +761,12 @@ async fn attach_parts(
         }
         record_many(env, &spec.load, progress, vanished, kind::PART_ATTACHED).await?;
         for part in &to_reclaim {
+            let data_path = data_paths
+                .get(part)
+                .ok_or_else(|| CommitError::Unsupported {
+                    load: spec.load.clone(),
+                    message: format!("planned part {part} is in no winning manifest"),
+                })?;
             let taken =
                 tokio::task::block_in_place(|| reclaim(env.fs, data_path, part)).map_err(|e| {
                     CommitError::Reclaim {

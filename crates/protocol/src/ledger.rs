@@ -23,7 +23,7 @@
 
 use std::collections::HashSet;
 
-use chpart_core::{LoadId, TableRef};
+use chpart_core::{Destination, DiskPlace, LoadId, PathError, RemotePath, StagingLayout, TableRef};
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::TableSnapshot;
@@ -65,6 +65,11 @@ pub struct LoadSpec {
     pub clickhouse_local_version: Option<String>,
     /// Host name parts are published on (from the config), recorded in manifests.
     pub host: String,
+    /// The disks of the publish table parts go to, each with its data path and staging root
+    /// (see `chpart_core::destination`). Empty for loads begun by a chpart that did not record
+    /// them: those publish to the one data path under the configured staging root.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish_disks: Vec<DiskPlace>,
     /// When the load began (ms since the Unix epoch).
     pub opened_at_unix_ms: u64,
 }
@@ -74,6 +79,31 @@ impl LoadSpec {
     /// Whether `other` asks for the same load (same table, mode, visibility).
     pub fn same_request(&self, target: &TableRef, mode: Mode, visibility: Visibility) -> bool {
         &self.target == target && self.mode == mode && self.visibility == visibility
+    }
+
+    /// Where the load's parts go. A spec without recorded disks (from an older chpart) means
+    /// the publish table's one data path, on the disk older builds recorded (`default`), under
+    /// `configured` (the config's `staging.root`).
+    pub fn destination(&self, configured: &StagingLayout) -> Result<Destination, PathError> {
+        let disks = if self.publish_disks.is_empty() {
+            let data_path = self
+                .publish_snapshot
+                .data_paths
+                .first()
+                .map(String::as_str)
+                .unwrap_or("");
+            vec![DiskPlace {
+                disk: "default".into(),
+                data_path: RemotePath::new(data_path)?,
+                staging_root: configured.root().clone(),
+            }]
+        } else {
+            self.publish_disks.clone()
+        };
+        Ok(Destination {
+            host: self.host.clone(),
+            disks,
+        })
     }
 }
 

@@ -120,6 +120,13 @@ pub(crate) mod tests {
             server_timezone: Some("Etc/UTC".into()),
             clickhouse_local_version: Some("26.9.2.1".into()),
             host: "ch-1".into(),
+            publish_disks: vec![chpart_core::DiskPlace {
+                disk: "default".into(),
+                data_path: "/var/lib/clickhouse/store/3e4/3e4c1f0a-0000-4000-8000-000000000001"
+                    .parse()
+                    .unwrap(),
+                staging_root: "/var/lib/clickhouse/chpart-staging".parse().unwrap(),
+            }],
             opened_at_unix_ms: 1,
         }
     }
@@ -134,7 +141,24 @@ pub(crate) mod tests {
         let fields = old.as_object_mut().unwrap();
         fields.remove("server_timezone");
         fields.remove("clickhouse_local_version");
+        fields.remove("publish_disks");
         let old: LoadSpec = serde_json::from_value(old).unwrap();
+        assert!(old.publish_disks.is_empty());
+        // Its destination: the one data path, under the configured staging root.
+        let configured = chpart_core::StagingLayout::new("/staging").unwrap();
+        let legacy = old.destination(&configured).unwrap();
+        assert_eq!(legacy.disks.len(), 1);
+        assert_eq!(
+            (
+                legacy.home().disk.as_str(),
+                legacy.home().staging_root.as_str()
+            ),
+            ("default", "/staging")
+        );
+        assert_eq!(
+            spec.destination(&configured).unwrap().disks,
+            spec.publish_disks
+        );
         assert_eq!(
             (old.server_timezone, old.clickhouse_local_version),
             (None, None)

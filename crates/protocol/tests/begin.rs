@@ -1,5 +1,6 @@
 //! `begin` against the real ClickHouse 26.9 engine.
 
+use chpart_core::StagingRoots;
 use chpart_protocol::begin::{begin, shadow_table, BeginError, BeginOutcome, BeginRequest};
 use chpart_protocol::ledger::{kind, LoadState, Mode, Visibility};
 use chpart_testenv::clickhouse::{shared, TestDb};
@@ -16,6 +17,10 @@ fn request(db: &TestDb, load: &str, mode: Mode, visibility: Visibility) -> Begin
         host: "ch-test".into(),
         allow_materialized_views: false,
         clickhouse_local_version: None,
+        staging: StagingRoots {
+            single: "/var/lib/clickhouse/chpart-staging".parse().unwrap(),
+            per_disk: Vec::new(),
+        },
     }
 }
 

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 
-use chpart_core::{detached_part_name, AttemptId, LoadId, PartitionId, StagingLayout};
+use chpart_core::{
+    detached_part_name, AttemptId, LoadId, PartitionId, StagingLayout, StagingRoots,
+};
 use chpart_protocol::begin::{begin, BeginOutcome, BeginRequest};
 use chpart_protocol::cleanup::clean_finished_load;
 use chpart_protocol::ledger::{kind, Mode, Visibility};
@@ -109,6 +111,8 @@ fn late_writer_is_never_left_in_detached(moment: Moment) {
     let ledger = ledger_for(&db);
     let load: LoadId = "late-load".parse().unwrap();
     let rt = rt();
+    let staging_root = ch.data_dir.join(format!("staging-{d}"));
+    let staging = StagingLayout::new(staging_root.to_str().unwrap()).unwrap();
     let req = BeginRequest {
         load: load.clone(),
         target: format!("{d}.events").parse().unwrap(),
@@ -117,6 +121,10 @@ fn late_writer_is_never_left_in_detached(moment: Moment) {
         host: "ch-test".into(),
         allow_materialized_views: false,
         clickhouse_local_version: None,
+        staging: StagingRoots {
+            single: staging.root().clone(),
+            per_disk: Vec::new(),
+        },
     };
     let spec = match rt.block_on(begin(&ledger, &req)).unwrap() {
         BeginOutcome::Opened(spec) => spec,
@@ -139,8 +147,6 @@ fn late_writer_is_never_left_in_detached(moment: Moment) {
         .collect();
     assert_eq!(made.len(), 1, "{made:?}");
 
-    let staging_root = ch.data_dir.join(format!("staging-{d}"));
-    let staging = StagingLayout::new(staging_root.to_str().unwrap()).unwrap();
     let attempt: AttemptId = "app-zombie.7".parse().unwrap();
     let partition: PartitionId = "202611".parse().unwrap();
     let name = detached_part_name(&load, &attempt, &partition, 0);

@@ -84,6 +84,31 @@ pub struct TableInfo {
     pub data_paths: Vec<String>,
 }
 
+/// A disk of the server (`system.disks`).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct DiskRow {
+    /// Its name.
+    pub name: String,
+    /// Its root path, ending in `/`.
+    pub path: String,
+    /// `Local`, `ObjectStorage`, ...
+    #[serde(rename = "type")]
+    pub disk_type: String,
+    /// Whether its data is remote (object storage, web).
+    pub is_remote: bool,
+}
+
+/// One volume of a storage policy (`system.storage_policies`).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct VolumeRow {
+    /// The volume's name.
+    pub volume_name: String,
+    /// Its priority: 1 is where inserted parts go first.
+    pub volume_priority: u64,
+    /// Its disks, in order.
+    pub disks: Vec<String>,
+}
+
 /// One column of a table (`system.columns`), in table order.
 #[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
 pub struct ColumnInfo {
@@ -348,6 +373,19 @@ impl Server {
             format!("{TABLE_INFO_SELECT} WHERE database = {{db:String}} AND name = {{t:String}}");
         let mut rows: Vec<TableInfo> = self.fetch(&sql, &[("db", database), ("t", table)]).await?;
         Ok(rows.pop())
+    }
+
+    /// The server's disks (`system.disks`).
+    pub async fn disks(&self) -> Result<Vec<DiskRow>, ServerError> {
+        let sql = "SELECT name, path, type, toBool(is_remote) AS is_remote FROM system.disks ORDER BY name";
+        self.fetch(sql, &[]).await
+    }
+
+    /// The volumes of storage policy `policy`, by priority (`system.storage_policies`).
+    pub async fn policy_volumes(&self, policy: &str) -> Result<Vec<VolumeRow>, ServerError> {
+        let sql = "SELECT volume_name, volume_priority, disks FROM system.storage_policies \
+                   WHERE policy_name = {p:String} ORDER BY volume_priority";
+        self.fetch(sql, &[("p", policy)]).await
     }
 
     /// The materialized views that read from the table (as `db.view`): those an INSERT into it

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::manifest::{count_txt_entry, FileEntry, PartEntry, Target};
+use crate::manifest::{count_txt_entry, FileEntry, OtherDisk, PartEntry, Target};
 use crate::names::detached_part_name;
 use crate::testutil::expect_row;
 use crate::Attempt;
@@ -30,8 +30,18 @@ fn expected() -> Expected {
     Expected {
         publish: "db.events_shadow".parse().unwrap(),
         fingerprint: fp("cd"),
-        data_path: "/var/lib/clickhouse/store/abc/abcd".parse().unwrap(),
-        staging: StagingLayout::new("/staging").unwrap(),
+        disks: vec![
+            DiskPlace {
+                disk: "default".into(),
+                data_path: "/var/lib/clickhouse/store/abc/abcd".parse().unwrap(),
+                staging_root: "/staging".parse().unwrap(),
+            },
+            DiskPlace {
+                disk: "d2".into(),
+                data_path: "/mnt/d2/store/abc/abcd".parse().unwrap(),
+                staging_root: "/mnt/d2/staging".parse().unwrap(),
+            },
+        ],
         host: "ch-1".into(),
     }
 }
@@ -68,6 +78,7 @@ fn manifest(load: &str, partition: u32, attempt: &str, parts: &[(&str, u32, u64)
                     count_txt_entry(rows),
                     file("data.bin", rows),
                 ],
+                disk: None,
             }
         })
         .collect();
@@ -77,8 +88,9 @@ fn manifest(load: &str, partition: u32, attempt: &str, parts: &[(&str, u32, u64)
             table: e.publish.table.clone(),
             host: e.host.clone(),
             disk: "default".into(),
-            data_path: e.data_path.clone(),
-            staging_dir: e.staging.attempt(&load, &id).dir().clone(),
+            data_path: e.disks[0].data_path.clone(),
+            staging_dir: e.disks[0].staging().attempt(&load, &id).dir().clone(),
+            other_disks: Vec::new(),
         },
         load,
         attempt: Attempt {
@@ -250,6 +262,40 @@ fn winners_table() {
             None,
             false,
             Err(vec!["line 2 (partition 1, attempt app.7): staging_dir /other/L/app.7 is not /staging/L/app.7, this attempt's directory under the configured staging root"]),
+        ),
+        (
+            "a part on the load's second disk",
+            with(|m| {
+                m.target.other_disks.push(OtherDisk {
+                    disk: "d2".into(),
+                    data_path: "/mnt/d2/store/abc/abcd".parse().unwrap(),
+                    staging_dir: "/mnt/d2/staging/L/app.7".parse().unwrap(),
+                });
+                m.parts[0].disk = Some("d2".into());
+            }),
+            None,
+            false,
+            Ok(vec![0, 1, 2]),
+        ),
+        (
+            "a second disk's staging under another root",
+            with(|m| {
+                m.target.other_disks.push(OtherDisk {
+                    disk: "d2".into(),
+                    data_path: "/mnt/d2/store/abc/abcd".parse().unwrap(),
+                    staging_dir: "/staging/L/app.7".parse().unwrap(),
+                });
+            }),
+            None,
+            false,
+            Err(vec!["line 2 (partition 1, attempt app.7): staging_dir /staging/L/app.7 is not /mnt/d2/staging/L/app.7"]),
+        ),
+        (
+            "a disk the load does not publish to",
+            with(|m| m.target.disk = "d9".into()),
+            None,
+            false,
+            Err(vec!["published on disk d9, but this load publishes on default, d2"]),
         ),
         (
             "part without rows",
