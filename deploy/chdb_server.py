@@ -9,13 +9,24 @@ behaviour: `start` waits for `/ping` and treats no answer as a failed start, and
 a smoke test of start, ping, stop and restart so a chdb upgrade that breaks it fails loudly.
 
     chdb_server.py start  --data DIR --run-dir RUN --http-port P --tcp-port Q [--user NAME]
+                          [--listen-host ADDR] [--config-extra FILE]
     chdb_server.py stop   --run-dir RUN
     chdb_server.py status --run-dir RUN
-    chdb_server.py serve  --data DIR --run-dir RUN --http-port P --tcp-port Q [--user NAME] [--stop-on-stdin-eof]
+    chdb_server.py serve  --data DIR --run-dir RUN --http-port P --tcp-port Q [--user NAME]
+                          [--listen-host ADDR] [--config-extra FILE] [--stop-on-stdin-eof]
 
 With --user the data and run directories are chowned to that user and the server drops to it
 after loading the engine, so parts in detached/ must be owned by that user to attach (as with a
 packaged clickhouse-server running as `clickhouse`).
+
+--listen-host ADDR (default 127.0.0.1) is the one address the server listens on, pings and
+port checks use. Any 127.x.y.z is a loopback address on Linux without setup, so several servers
+can each be a "host" of their own (a test cluster: one address per shard). --config-extra FILE
+is an XML fragment whose elements go inside `<clickhouse>` of the generated config.xml
+(`<remote_servers>`, `<macros>`, `<storage_configuration>`, ...); the fragment may also be
+wrapped in a `<clickhouse>` element itself. It is checked to be well-formed before the start,
+and copied into config.xml at each start (this engine refuses SYSTEM RELOAD CONFIG: a config
+change needs a restart).
 """
 
 import argparse
@@ -27,22 +38,28 @@ import subprocess
 import sys
 import time
 import urllib.request
+import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_HOST = "127.0.0.1"
 
 
-def ping(port, timeout=0.5):
+# No proxy from the environment: the server is on loopback.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def ping(host, port, timeout=0.5):
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=timeout) as r:
+        with _OPENER.open(f"http://{host}:{port}/ping", timeout=timeout) as r:
             return r.read().strip() == b"Ok."
     except OSError:
         return False
 
 
-def port_in_use(port):
+def port_in_use(host, port):
     with socket.socket() as s:
         s.settimeout(0.3)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 def chown_tree(path, uid, gid):
@@ -52,13 +69,30 @@ def chown_tree(path, uid, gid):
             os.lchown(os.path.join(root, name), uid, gid)
 
 
-def write_config(run_dir, http_port, tcp_port):
+def read_config_extra(path):
+    """The elements of the --config-extra fragment, as XML text; exits on a malformed file."""
+    if not path:
+        return ""
+    try:
+        with open(path) as f:
+            text = f.read()
+        root = ET.fromstring(f"<fragment>{text}</fragment>")
+    except (OSError, ET.ParseError) as e:
+        sys.exit(f"--config-extra {path}: {e}")
+    elements = list(root)
+    if len(elements) == 1 and elements[0].tag == "clickhouse":
+        elements = list(elements[0])
+    return "".join("  " + ET.tostring(e, encoding="unicode").strip() + "\n" for e in elements)
+
+
+def write_config(run_dir, listen_host, http_port, tcp_port, extra=""):
     with open(os.path.join(run_dir, "config.xml"), "w") as f:
         f.write(
             "<clickhouse>\n"
-            "  <listen_host>127.0.0.1</listen_host>\n"
+            f"  <listen_host>{listen_host}</listen_host>\n"
             f"  <http_port>{http_port}</http_port>\n"
             f"  <tcp_port>{tcp_port}</tcp_port>\n"
+            f"{extra}"
             "</clickhouse>\n"
         )
 
@@ -67,7 +101,7 @@ def serve(args):
     data, run_dir = os.path.abspath(args.data), os.path.abspath(args.run_dir)
     os.makedirs(data, exist_ok=True)
     os.makedirs(run_dir, exist_ok=True)
-    write_config(run_dir, args.http_port, args.tcp_port)
+    write_config(run_dir, args.listen_host, args.http_port, args.tcp_port, read_config_extra(args.config_extra))
     block_on = "/dev/stdin" if args.stop_on_stdin_eof else os.path.join(run_dir, "stop.fifo")
     if not args.stop_on_stdin_eof and not os.path.exists(block_on):
         os.mkfifo(block_on, 0o600)
@@ -125,32 +159,38 @@ def tail(path, n=30):
 def start(args):
     run_dir = os.path.abspath(args.run_dir)
     os.makedirs(run_dir, exist_ok=True)
+    host = args.listen_host
     if read_pid(run_dir):
-        if ping(args.http_port):
+        if ping(host, args.http_port):
             print(f"already running (pid {read_pid(run_dir)}) on http port {args.http_port}")
             return 0
-        sys.exit(f"a server from {run_dir} is running (pid {read_pid(run_dir)}) but does not answer /ping on port {args.http_port}")
+        sys.exit(f"a server from {run_dir} is running (pid {read_pid(run_dir)}) but does not answer /ping on {host}:{args.http_port}")
     for port in (args.http_port, args.tcp_port):
-        if port_in_use(port):
-            sys.exit(f"port {port} on 127.0.0.1 is already in use")
+        if port_in_use(host, port):
+            sys.exit(f"port {port} on {host} is already in use")
+    read_config_extra(args.config_extra)  # fail here, not in the background server
     log_path = os.path.join(run_dir, "server.log")
     cmd = [sys.executable, os.path.abspath(__file__), "serve", "--data", args.data, "--run-dir", run_dir,
            "--http-port", str(args.http_port), "--tcp-port", str(args.tcp_port)]
     if args.user:
         cmd += ["--user", args.user]
+    if host != DEFAULT_HOST:
+        cmd += ["--listen-host", host]
+    if args.config_extra:
+        cmd += ["--config-extra", os.path.abspath(args.config_extra)]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     deadline = time.monotonic() + args.timeout_secs
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             sys.exit(f"server exited with status {proc.returncode} before answering /ping; log {log_path}:\n{tail(log_path)}")
-        if ping(args.http_port):
-            print(f"ClickHouse 26.9 (chdb) listening on 127.0.0.1: http {args.http_port}, tcp {args.tcp_port}; "
+        if ping(host, args.http_port):
+            print(f"ClickHouse 26.9 (chdb) listening on {host}: http {args.http_port}, tcp {args.tcp_port}; "
                   f"pid {proc.pid}; data {os.path.abspath(args.data)}")
             return 0
         time.sleep(0.2)
     proc.kill()
-    sys.exit(f"server did not answer /ping on 127.0.0.1:{args.http_port} within {args.timeout_secs}s; log {log_path}:\n{tail(log_path)}")
+    sys.exit(f"server did not answer /ping on {host}:{args.http_port} within {args.timeout_secs}s; log {log_path}:\n{tail(log_path)}")
 
 
 def stop(args):
@@ -194,6 +234,9 @@ def main():
         s.add_argument("--http-port", type=int, required=True)
         s.add_argument("--tcp-port", type=int, required=True)
         s.add_argument("--user", help="run as this OS user (owns the data directory)")
+        s.add_argument("--listen-host", default=DEFAULT_HOST,
+                       help="the address to listen on, e.g. 127.0.10.1 (default %(default)s)")
+        s.add_argument("--config-extra", help="XML file whose elements go inside <clickhouse> of config.xml")
         if name == "start":
             s.add_argument("--timeout-secs", type=float, default=60)
         else:

@@ -2,9 +2,11 @@
 # Runs a private OpenSSH sshd on 127.0.0.1 for chpart's SFTP tests and local
 # trials: its own host key, a per-directory client key, key-only login and the
 # in-process SFTP server. Everything it makes lives in --dir, so several can run
-# side by side on different ports without touching the system sshd.
+# side by side on different ports without touching the system sshd. --listen
+# ADDR puts it on another loopback address (any 127.x.y.z works on Linux), so
+# each node of a test cluster can be a "host" of its own.
 #
-#   deploy/sshd.sh start --dir DIR --port PORT [--allow-user NAME ...]
+#   deploy/sshd.sh start --dir DIR --port PORT [--listen ADDR] [--allow-user NAME ...]
 #                        [--foreground [--stop-on-stdin-eof]]
 #   deploy/sshd.sh stop  --dir DIR
 #
@@ -17,14 +19,15 @@
 #   ssh_host_ed25519_key(.pub)  host key
 #   client_key(.pub)            client key without passphrase (root or any
 #                               allowed user logs in with it)
-#   authorized_keys, known_hosts ("[127.0.0.1]:PORT ssh-ed25519 ..."),
+#   authorized_keys, known_hosts ("[ADDR]:PORT ssh-ed25519 ...", ADDR
+#                               127.0.0.1 unless --listen),
 #   sshd_config, sshd.pid, sshd.log
 set -euo pipefail
 
 SSHD=/usr/sbin/sshd
 
 usage() {
-    echo "usage: $0 start --dir DIR --port PORT [--allow-user NAME ...] [--foreground [--stop-on-stdin-eof]]" >&2
+    echo "usage: $0 start --dir DIR --port PORT [--listen ADDR] [--allow-user NAME ...] [--foreground [--stop-on-stdin-eof]]" >&2
     echo "       $0 stop --dir DIR" >&2
     exit 2
 }
@@ -34,6 +37,7 @@ cmd=$1
 shift
 dir=""
 port=""
+listen=127.0.0.1
 foreground=0
 stop_on_eof=0
 allow_users=()
@@ -41,6 +45,7 @@ while [[ $# -gt 0 ]]; do
     case "$1" in
         --dir) dir=${2:?--dir needs a value}; shift 2 ;;
         --port) port=${2:?--port needs a value}; shift 2 ;;
+        --listen) listen=${2:?--listen needs a value}; shift 2 ;;
         --allow-user) allow_users+=("${2:?--allow-user needs a value}"); shift 2 ;;
         --foreground) foreground=1; shift ;;
         --stop-on-stdin-eof) stop_on_eof=1; shift ;;
@@ -70,7 +75,7 @@ running_pid() {
 }
 
 port_open() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+    (exec 3<>"/dev/tcp/$listen/$1") 2>/dev/null
 }
 
 stop() {
@@ -122,10 +127,10 @@ start() {
     install -m 0644 "$dir/client_key.pub" "$dir/authorized_keys"
     # The port may differ from an earlier start, so known_hosts and the config
     # are rewritten each time; the keys above are what must stay stable.
-    printf '[127.0.0.1]:%s %s\n' "$port" "$(cut -d' ' -f1,2 "$dir/ssh_host_ed25519_key.pub")" \
+    printf '[%s]:%s %s\n' "$listen" "$port" "$(cut -d' ' -f1,2 "$dir/ssh_host_ed25519_key.pub")" \
         >"$dir/known_hosts"
     cat >"$dir/sshd_config" <<CONF
-ListenAddress 127.0.0.1
+ListenAddress $listen
 Port $port
 HostKey $dir/ssh_host_ed25519_key
 PidFile $pidfile
@@ -165,12 +170,12 @@ CONF
             break
         fi
         if [[ -f $pidfile ]] && port_open "$port"; then
-            echo "sshd in $dir listening on 127.0.0.1:$port (pid $child)"
+            echo "sshd in $dir listening on $listen:$port (pid $child)"
             return 0
         fi
         sleep 0.1
     done
-    echo "sshd in $dir did not come up on 127.0.0.1:$port; last log lines:" >&2
+    echo "sshd in $dir did not come up on $listen:$port; last log lines:" >&2
     tail -n 20 "$log" >&2 || true
     kill "$child" 2>/dev/null || true
     exit 1

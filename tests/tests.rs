@@ -5,6 +5,7 @@
 mod build;
 mod cleanup;
 mod cli;
+mod cluster;
 mod commit;
 mod engines;
 mod launcher;

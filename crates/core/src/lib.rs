@@ -15,6 +15,8 @@
 //! - [`fingerprint`]: a digest of a table's shape, to refuse parts built for another schema.
 //! - [`manifest`]: the versioned JSON an attempt writes last, and its validation.
 //! - [`version`]: which clickhouse-local may build parts for which server.
+//! - [`routing`]: a Distributed table's engine arguments, and the SQL that says which shard
+//!   each row belongs to, exactly as ClickHouse routes it.
 //! - [`commit`]: the driver's decisions: which manifests win, the commit plan, and what a
 //!   (re-)started commit does next from the ledger and fresh observations.
 
@@ -27,6 +29,7 @@ pub mod fingerprint;
 pub mod ids;
 pub mod manifest;
 pub mod names;
+pub mod routing;
 pub mod staging;
 #[cfg(test)]
 mod testutil;
@@ -52,6 +55,7 @@ pub use manifest::{
     MANIFEST_FORMAT, MANIFEST_VERSION,
 };
 pub use names::{detached_part_name, parse_detached_entry, DetachedEntry, PartName, PartNameError};
+pub use routing::{DistributedEngine, Routing, RoutingError, ShardWeight, ShardingKey};
 pub use staging::{
     attaching_part_path, detached_dir, detached_part_path, AttemptStaging, PathError, RemotePath,
     StagingLayout,

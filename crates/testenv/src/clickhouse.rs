@@ -1,36 +1,71 @@
 //! The ClickHouse 26.9 engine as a server for tests (`deploy/clickhouse-server serve`).
 //!
+//! [`ServerOptions`] say how: the loopback address to listen on, fixed ports, extra config
+//! (a cluster's `<remote_servers>`), the OS user, the time zone, a JBOD storage policy.
+//!
 //! The server blocks reading its stdin pipe, which this harness holds: dropping the handle
 //! closes the pipe (a clean shutdown) and a test process that dies closes it too, so no server
 //! outlives its test run. A small blocking HTTP client ([`ClickHouse::query`]) lets tests check
 //! the server independently of chpart's own client.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::{deploy_script, free_port, log_tail, require_engine, scratch_dir, wait_until};
+use crate::{deploy_script, free_port_on, log_tail, require_engine, scratch_dir, wait_until};
 
 /// How long a server may take to answer `/ping` (the engine loads in about a second; CI is slow).
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// Starts tried before a server that exits at once (a port taken meanwhile) fails the test.
 const START_ATTEMPTS: u32 = 3;
 
-/// A running ClickHouse server on 127.0.0.1, stopped on drop.
+/// The storage policy [`ServerOptions::jbod`] adds: one volume of two local disks, `d1` and `d2`.
+pub const JBOD_POLICY: &str = "jbod";
+
+/// How to start a server. `ServerOptions::default()` is what [`ClickHouse::start`]`(None)` does:
+/// 127.0.0.1, fresh ports, the test's own user and time zone, the default disk only.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// The address to listen on (`None`: 127.0.0.1). Any 127.x.y.z is a loopback address on
+    /// Linux without setup, so each server can be a "host" of its own.
+    pub listen_host: Option<Ipv4Addr>,
+    /// Fixed `(http, tcp)` ports instead of fresh ones, for servers whose ports other servers'
+    /// configs name (a cluster). Only one start is tried: a taken port fails the test.
+    pub ports: Option<(u16, u16)>,
+    /// XML elements put inside `<clickhouse>` of the server's config.xml, e.g.
+    /// `<remote_servers>...</remote_servers><macros>...</macros>`.
+    pub config_extra: Option<String>,
+    /// OS user the server runs as (needs root); it then owns the data and disk directories.
+    pub user: Option<String>,
+    /// The server's time zone (its `TZ`; what `SELECT timezone()` answers and `DateTime`
+    /// columns without a zone use), when not the machine's.
+    pub tz: Option<String>,
+    /// Adds the storage policy [`JBOD_POLICY`] of two local disks `d1` and `d2`, whose
+    /// directories ([`ClickHouse::disks`]) are made next to the data directory.
+    pub jbod: bool,
+}
+
+/// A running ClickHouse server on a loopback address, stopped on drop.
 pub struct ClickHouse {
-    /// HTTP port on 127.0.0.1.
+    /// The loopback address it listens on (127.0.0.1 unless [`ServerOptions::listen_host`]).
+    pub host: Ipv4Addr,
+    /// HTTP port on [`ClickHouse::host`].
     pub http_port: u16,
-    /// Native TCP port on 127.0.0.1.
+    /// Native TCP port on [`ClickHouse::host`].
     pub tcp_port: u16,
-    /// The server's data directory (`metadata/`, `store/`).
+    /// The server's data directory (`metadata/`, `store/`): its `default` disk.
     pub data_dir: PathBuf,
+    /// Directories of the [`JBOD_POLICY`] disks `d1` and `d2` (empty without
+    /// [`ServerOptions::jbod`]).
+    pub disks: Vec<PathBuf>,
     /// OS user the server runs as (`None`: the test's own user).
     pub user: Option<String>,
     /// The server's time zone (its `TZ`) when not the machine's.
     pub tz: Option<String>,
+    options: ServerOptions,
     run_dir: PathBuf,
     child: Option<Child>,
     stdin: Option<ChildStdin>,
@@ -40,23 +75,28 @@ pub struct ClickHouse {
 impl ClickHouse {
     /// Starts a server in fresh directories, as `user` if given (needs root).
     pub fn start(user: Option<&str>) -> ClickHouse {
-        let scratch = scratch_dir("clickhouse");
-        let data_dir = scratch.path().join("data");
-        let run_dir = scratch.path().join("run");
-        let mut server = ClickHouse::start_in(&data_dir, &run_dir, user);
-        server._scratch = Some(scratch);
-        server
+        ClickHouse::start_with(ServerOptions {
+            user: user.map(str::to_owned),
+            ..ServerOptions::default()
+        })
     }
 
     /// Starts a server in fresh directories whose default time zone is `tz` (its `TZ`; what
     /// `SELECT timezone()` answers and `DateTime` columns without a zone use).
     pub fn start_in_zone(tz: &str) -> ClickHouse {
+        ClickHouse::start_with(ServerOptions {
+            tz: Some(tz.to_owned()),
+            ..ServerOptions::default()
+        })
+    }
+
+    /// Starts a server in fresh directories with `options`.
+    pub fn start_with(options: ServerOptions) -> ClickHouse {
         let scratch = scratch_dir("clickhouse");
-        let mut server = ClickHouse::start_with(
+        let mut server = ClickHouse::start_in_with(
             &scratch.path().join("data"),
             &scratch.path().join("run"),
-            None,
-            Some(tz),
+            options,
         );
         server._scratch = Some(scratch);
         server
@@ -64,36 +104,45 @@ impl ClickHouse {
 
     /// Starts a server on existing directories (e.g. to restart on the same data).
     pub fn start_in(data_dir: &Path, run_dir: &Path, user: Option<&str>) -> ClickHouse {
-        ClickHouse::start_with(data_dir, run_dir, user, None)
+        let options = ServerOptions {
+            user: user.map(str::to_owned),
+            ..ServerOptions::default()
+        };
+        ClickHouse::start_in_with(data_dir, run_dir, options)
     }
 
-    fn start_with(
-        data_dir: &Path,
-        run_dir: &Path,
-        user: Option<&str>,
-        tz: Option<&str>,
-    ) -> ClickHouse {
+    /// Starts a server with `options` on existing (or new) directories; the [`JBOD_POLICY`]
+    /// disks, if any, are `disk-d1/` and `disk-d2/` next to `data_dir`.
+    pub fn start_in_with(data_dir: &Path, run_dir: &Path, options: ServerOptions) -> ClickHouse {
         require_engine();
-        // The ports were free a moment ago; another process may take one before the server
-        // binds it, and then the server exits at once: try again on other ports.
-        for _ in 1..START_ATTEMPTS {
-            if let Some(server) = ClickHouse::try_start(data_dir, run_dir, user, tz, false) {
+        // Fresh ports were free a moment ago; another process may take one before the server
+        // binds it, and then the server exits at once: try again on other ports. Fixed ports
+        // are named in other servers' configs and cannot change.
+        let attempts = if options.ports.is_some() {
+            1
+        } else {
+            START_ATTEMPTS
+        };
+        for _ in 1..attempts {
+            if let Some(server) = ClickHouse::try_start(data_dir, run_dir, &options, false) {
                 return server;
             }
         }
-        ClickHouse::try_start(data_dir, run_dir, user, tz, true).expect("the last attempt panics")
+        ClickHouse::try_start(data_dir, run_dir, &options, true).expect("the last attempt panics")
     }
 
-    /// One start on fresh ports. `None` if the server exited before answering (unless
-    /// `last`, which panics with the server's log instead).
+    /// One start. `None` if the server exited before answering (unless `last`, which panics
+    /// with the server's log instead).
     fn try_start(
         data_dir: &Path,
         run_dir: &Path,
-        user: Option<&str>,
-        tz: Option<&str>,
+        options: &ServerOptions,
         last: bool,
     ) -> Option<ClickHouse> {
-        let (http_port, tcp_port) = (free_port(), free_port());
+        let host = options.listen_host.unwrap_or(Ipv4Addr::LOCALHOST);
+        let (http_port, tcp_port) = options
+            .ports
+            .unwrap_or_else(|| (free_port_on(host), free_port_on(host)));
         std::fs::create_dir_all(run_dir).expect("create run dir");
         let log = run_dir.join("server.log");
         let log_file = std::fs::File::create(&log).expect("create server log");
@@ -109,21 +158,42 @@ impl ClickHouse {
             .stdin(Stdio::piped())
             .stdout(log_file.try_clone().expect("dup log"))
             .stderr(log_file);
-        if let Some(user) = user {
-            crate::os_user_ids(user);
+        if options.listen_host.is_some() {
+            cmd.args(["--listen-host", &host.to_string()]);
+        }
+        let ids = options.user.as_deref().map(crate::os_user_ids);
+        if let Some(user) = &options.user {
             cmd.args(["--user", user]);
         }
-        if let Some(tz) = tz {
+        let disks = if options.jbod {
+            jbod_disks(data_dir, ids)
+        } else {
+            Vec::new()
+        };
+        let mut extra = options.config_extra.clone().unwrap_or_default();
+        if options.jbod {
+            extra.push_str(&jbod_storage_xml(&disks[0], &disks[1]));
+        }
+        if !extra.is_empty() {
+            let path = run_dir.join("config-extra.xml");
+            std::fs::write(&path, extra)
+                .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+            cmd.arg("--config-extra").arg(path);
+        }
+        if let Some(tz) = &options.tz {
             cmd.env("TZ", tz);
         }
         let mut child = cmd.spawn().expect("spawn deploy/clickhouse-server");
         let stdin = child.stdin.take();
         let mut server = ClickHouse {
+            host,
             http_port,
             tcp_port,
             data_dir: data_dir.to_path_buf(),
-            user: user.map(str::to_owned),
-            tz: tz.map(str::to_owned),
+            disks,
+            user: options.user.clone(),
+            tz: options.tz.clone(),
+            options: options.clone(),
             run_dir: run_dir.to_path_buf(),
             child: Some(child),
             stdin,
@@ -143,7 +213,7 @@ impl ClickHouse {
                 _ => format!("did not answer /ping within {START_TIMEOUT:?}"),
             };
             panic!(
-                "ClickHouse server on 127.0.0.1:{http_port} {how} (a chdb upgrade may have broken \
+                "ClickHouse server on {host}:{http_port} {how} (a chdb upgrade may have broken \
                  deploy/chdb_server.py); log {}:\n{}",
                 log.display(),
                 log_tail(&log, 30)
@@ -154,21 +224,24 @@ impl ClickHouse {
 
     /// The server's HTTP endpoint, e.g. `http://127.0.0.1:8123`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.http_port)
+        format!("http://{}:{}", self.host, self.http_port)
     }
 
     /// Whether `/ping` answers `Ok.`.
     pub fn ping(&self) -> bool {
-        http(self.http_port, "GET", "/ping", b"")
+        http(self.host, self.http_port, "GET", "/ping", b"")
             .is_ok_and(|(status, body)| status == 200 && body.trim() == "Ok.")
     }
 
     /// Runs one statement and returns the body (TabSeparated), or the server's error text.
     pub fn query(&self, sql: &str) -> Result<String, String> {
-        match http(self.http_port, "POST", "/", sql.as_bytes()) {
+        match http(self.host, self.http_port, "POST", "/", sql.as_bytes()) {
             Ok((200, body)) => Ok(body),
             Ok((status, body)) => Err(format!("HTTP {status}: {}", body.trim())),
-            Err(e) => Err(format!("HTTP request to 127.0.0.1:{}: {e}", self.http_port)),
+            Err(e) => Err(format!(
+                "HTTP request to {}:{}: {e}",
+                self.host, self.http_port
+            )),
         }
     }
 
@@ -208,16 +281,13 @@ impl ClickHouse {
         drop(self.stdin.take());
     }
 
-    /// Stops the server and starts a new one on the same data directory (new ports).
+    /// Stops the server and starts a new one on the same data directory, with the same
+    /// options: new ports unless [`ServerOptions::ports`] fixed them.
     pub fn restart(mut self) -> ClickHouse {
         self.stop();
         let scratch = self._scratch.take();
-        let mut server = ClickHouse::start_with(
-            &self.data_dir,
-            &self.run_dir,
-            self.user.as_deref(),
-            self.tz.as_deref(),
-        );
+        let options = std::mem::take(&mut self.options);
+        let mut server = ClickHouse::start_in_with(&self.data_dir, &self.run_dir, options);
         server._scratch = scratch;
         server
     }
@@ -302,12 +372,52 @@ impl Drop for TestDb<'_> {
     }
 }
 
+/// The [`JBOD_POLICY`] disk directories for a server on `data_dir`: made if missing, owned by
+/// `owner` (uid, gid) when the server runs as another user.
+fn jbod_disks(data_dir: &Path, owner: Option<(u32, u32)>) -> Vec<PathBuf> {
+    let name = data_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    ["d1", "d2"]
+        .iter()
+        .map(|disk| {
+            let dir = data_dir.with_file_name(format!("{name}-disk-{disk}"));
+            std::fs::create_dir_all(&dir)
+                .unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
+                    .unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
+            }
+            dir
+        })
+        .collect()
+}
+
+/// `<storage_configuration>` with two local disks `d1`, `d2` in one volume of policy
+/// [`JBOD_POLICY`] (parts are spread round-robin; each disk has its own `detached/`).
+pub fn jbod_storage_xml(d1: &Path, d2: &Path) -> String {
+    format!(
+        "<storage_configuration><disks><d1><path>{}/</path></d1><d2><path>{}/</path></d2></disks>\
+         <policies><{JBOD_POLICY}><volumes><main><disk>d1</disk><disk>d2</disk></main></volumes>\
+         </{JBOD_POLICY}></policies></storage_configuration>\n",
+        d1.display(),
+        d2.display()
+    )
+}
+
 /// A minimal HTTP/1.1 exchange (Connection: close): status code and body.
-fn http(port: u16, method: &str, path: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+fn http(
+    host: Ipv4Addr,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect((host, port))?;
     stream.set_read_timeout(Some(Duration::from_secs(120)))?;
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes())?;

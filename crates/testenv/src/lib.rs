@@ -2,9 +2,13 @@
 //!
 //! Every real-component test gets its own ports and directories, so tests run in parallel:
 //! - [`clickhouse::ClickHouse`]: the ClickHouse 26.9 engine (chdb-core) as an HTTP server on
-//!   127.0.0.1, optionally as a dedicated OS user; [`clickhouse::shared`] is one server per test
+//!   a loopback address, optionally as a dedicated OS user, with extra config or a JBOD
+//!   storage policy ([`clickhouse::ServerOptions`]); [`clickhouse::shared`] is one server per test
 //!   process and [`clickhouse::TestDb`] a fresh database per test on it.
-//! - [`sshd::Sshd`]: OpenSSH sshd on 127.0.0.1 with keys and `known_hosts` made per run.
+//! - [`sshd::Sshd`]: OpenSSH sshd on 127.0.0.1 (or another loopback address) with keys and
+//!   `known_hosts` made per run.
+//! - [`cluster::Cluster`]: several servers forming one ClickHouse cluster (one shard each,
+//!   each on its own loopback address, optionally with an sshd per "host").
 //!
 //! Servers are child processes that end when their handle is dropped and, because they block
 //! on their stdin pipe, also when the test process dies however it dies. A missing component
@@ -13,10 +17,11 @@
 #![warn(missing_docs)]
 
 pub mod clickhouse;
+pub mod cluster;
 pub mod sshd;
 
 use std::collections::HashSet;
-use std::net::TcpListener;
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -58,13 +63,21 @@ pub fn require_engine() {
 /// A loopback TCP port that was free a moment ago and that this process has not handed out
 /// before (the OS may reuse a just-closed ephemeral port; two servers of one test run must not).
 pub fn free_port() -> u16 {
+    free_port_on(Ipv4Addr::LOCALHOST)
+}
+
+/// Like [`free_port`], but free on `addr` (any 127.x.y.z). Ports are never handed out twice in
+/// one process, whatever the address: a ClickHouse server counts a replica as itself when the
+/// replica's address is local *and* its port is the server's own, so the nodes of one test
+/// cluster need distinct ports even on distinct addresses.
+pub fn free_port_on(addr: Ipv4Addr) -> u16 {
     static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     let given = given.get_or_insert_with(HashSet::new);
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
+        let port = TcpListener::bind((addr, 0))
             .and_then(|l| l.local_addr())
-            .expect("bind an ephemeral port on 127.0.0.1")
+            .unwrap_or_else(|e| panic!("bind an ephemeral port on {addr}: {e}"))
             .port();
         if given.insert(port) {
             return port;

@@ -10,12 +10,12 @@
 //! missing sshd is a panic that names the install command, never a skipped test.
 
 use std::fs;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{deploy_script, free_port, log_tail, scratch_dir, wait_until, INSTALL_HINT};
+use crate::{deploy_script, free_port_on, log_tail, scratch_dir, wait_until, INSTALL_HINT};
 
 /// Where Debian's openssh-server puts the daemon; `deploy/sshd.sh` uses the same path.
 pub const SSHD_BIN: &str = "/usr/sbin/sshd";
@@ -29,17 +29,20 @@ const PORT_ATTEMPTS: usize = 3;
 /// How long sshd gets to exit after its watchdog pipe closes before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A running sshd on `127.0.0.1:port` that accepts `client_key` for root and
-/// the users it was started with, and whose host key is in `known_hosts`.
+/// A running sshd on `host:port` (127.0.0.1 unless started with
+/// [`Sshd::start_on`]) that accepts `client_key` for root and the users it was
+/// started with, and whose host key is in `known_hosts`.
 pub struct Sshd {
-    /// Port on 127.0.0.1.
+    /// The loopback address it listens on.
+    pub host: Ipv4Addr,
+    /// Port on [`Sshd::host`].
     pub port: u16,
     /// Holds the keys, config and `sshd.log` (traversable by other users,
     /// who read `authorized_keys`); deleted when the struct drops.
     pub dir: PathBuf,
     /// Private key (no passphrase) accepted for root and every allowed user.
     pub client_key: PathBuf,
-    /// OpenSSH known_hosts with this server's key as `[127.0.0.1]:port`.
+    /// OpenSSH known_hosts with this server's key as `[host]:port`.
     pub known_hosts: PathBuf,
     child: Child,
     stdin: Option<ChildStdin>,
@@ -56,10 +59,16 @@ impl Sshd {
     /// client key. Panics (naming the install command) if sshd is not installed
     /// or does not come up.
     pub fn start(allow_users: &[&str]) -> Sshd {
+        Sshd::start_on(Ipv4Addr::LOCALHOST, allow_users)
+    }
+
+    /// Like [`Sshd::start`], listening on the loopback address `host` (any
+    /// 127.x.y.z), e.g. the address of one node of a test cluster.
+    pub fn start_on(host: Ipv4Addr, allow_users: &[&str]) -> Sshd {
         require_installed();
         let mut last = String::new();
         for _ in 0..PORT_ATTEMPTS {
-            match try_start(allow_users) {
+            match try_start(host, allow_users) {
                 Ok(sshd) => return sshd,
                 Err(StartError::PortTaken(log)) => last = log,
                 Err(StartError::Failed(msg)) => panic!("{msg}"),
@@ -75,7 +84,7 @@ impl Sshd {
     }
 
     /// Writes a known_hosts file that lists a freshly generated ed25519 key,
-    /// not this server's, under this server's `[127.0.0.1]:port`, and returns
+    /// not this server's, under this server's `[host]:port`, and returns
     /// its path: a client honouring it must refuse the connection.
     pub fn wrong_known_hosts(&self) -> PathBuf {
         let key = self.dir.join("wrong_host_key");
@@ -102,7 +111,8 @@ impl Sshd {
         fs::write(
             &path,
             format!(
-                "[127.0.0.1]:{} {}\n",
+                "[{}]:{} {}\n",
+                self.host,
                 self.port,
                 key_type_and_blob.join(" ")
             ),
@@ -141,10 +151,10 @@ fn require_installed() {
     }
 }
 
-fn try_start(allow_users: &[&str]) -> Result<Sshd, StartError> {
+fn try_start(host: Ipv4Addr, allow_users: &[&str]) -> Result<Sshd, StartError> {
     let tempdir = scratch_dir("sshd");
     let dir = tempdir.path().to_path_buf();
-    let port = free_port();
+    let port = free_port_on(host);
     let log_path = dir.join("sshd.log");
     let log = fs::File::create(&log_path)
         .map_err(|e| StartError::Failed(format!("create {}: {e}", log_path.display())))?;
@@ -156,7 +166,8 @@ fn try_start(allow_users: &[&str]) -> Result<Sshd, StartError> {
     cmd.arg(deploy_script("sshd.sh"))
         .args(["start", "--foreground", "--stop-on-stdin-eof", "--dir"])
         .arg(&dir)
-        .args(["--port", &port.to_string()]);
+        .args(["--port", &port.to_string()])
+        .args(["--listen", &host.to_string()]);
     for user in allow_users {
         cmd.args(["--allow-user", user]);
     }
@@ -171,7 +182,7 @@ fn try_start(allow_users: &[&str]) -> Result<Sshd, StartError> {
 
     let read_log = || log_tail(&log_path, 40);
     let pidfile = dir.join("sshd.pid");
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let addr = SocketAddr::from((host, port));
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -204,6 +215,7 @@ fn try_start(allow_users: &[&str]) -> Result<Sshd, StartError> {
     }
 
     Ok(Sshd {
+        host,
         port,
         client_key: dir.join("client_key"),
         known_hosts: dir.join("known_hosts"),
