@@ -7,6 +7,7 @@ mod cleanup;
 mod cli;
 mod cluster;
 mod commit;
+mod disks;
 mod engines;
 mod launcher;
 mod recover;
