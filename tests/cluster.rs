@@ -1,9 +1,15 @@
 //! Real-component tests of the test cluster and multi-disk servers chpart's distributed loads
 //! run against (`chpart_testenv::cluster`, `ServerOptions::jbod`): several 26.9 servers form
 //! one cluster (`system.clusters`, `Distributed` inserts reach the shards), and a server with
-//! a JBOD storage policy has one `detached/` per disk.
+//! a JBOD storage policy has one `detached/` per disk. And the routing rule of
+//! `chpart_core::routing`, evaluated by clickhouse-local, against where the cluster's own
+//! `Distributed` INSERT put every row.
 
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use chpart_core::{DistributedEngine, Routing, ShardWeight, ShardingKey};
 
 use chpart_remote::{RemoteFs, SftpConfig, SftpFs};
 use chpart_testenv::clickhouse::{ClickHouse, ServerOptions, JBOD_POLICY};
@@ -282,4 +288,180 @@ fn http_get(host: std::net::Ipv4Addr, port: u16, path: &str) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     response
+}
+
+/// The routing of the Distributed table `db.dist`, read from the server the way chpart must:
+/// engine arguments from `engine_full`, shards and weights from `system.clusters`, the key's
+/// result type from ClickHouse itself.
+fn routing_of(entry: &ClickHouse, db: &str, dist: &str) -> Routing {
+    let engine_full = entry.q(&format!(
+        "SELECT engine_full FROM system.tables WHERE database = '{db}' AND name = '{dist}' \
+         FORMAT TSVRaw"
+    ));
+    let engine = DistributedEngine::parse(engine_full.trim()).unwrap();
+    let shards = entry
+        .q(&format!(
+            "SELECT shard_num, shard_weight FROM system.clusters WHERE cluster = '{}' \
+             ORDER BY shard_num",
+            engine.cluster
+        ))
+        .lines()
+        .map(|line| {
+            let (shard_num, weight) = line.split_once('\t').unwrap();
+            ShardWeight {
+                shard_num: shard_num.parse().unwrap(),
+                weight: weight.parse().unwrap(),
+            }
+        })
+        .collect();
+    let key = engine.sharding_key.map(|sql| {
+        let described = entry.q(&format!(
+            "DESCRIBE (SELECT {sql} AS key FROM `{}`.`{}`)",
+            engine.database, engine.table
+        ));
+        let type_name = described.split('\t').nth(1).unwrap().to_owned();
+        ShardingKey { sql, type_name }
+    });
+    Routing { key, shards }
+}
+
+/// Every row of `db.local` on every shard as TSV `id, v, shard_num it landed on`.
+fn landed_rows(cluster: &Cluster, db: &str, local: &str) -> String {
+    cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            node.server.q(&format!(
+                "SELECT id, v, {} FROM {db}.{local} ORDER BY id",
+                node.shard_num
+            ))
+        })
+        .collect()
+}
+
+/// Evaluates `slot_sql` with clickhouse-local over `rows` (TSV `id, v, landed`): the number of
+/// rows and of rows whose computed shard is the one they landed on.
+fn computed_vs_landed(slot_sql: &str, rows: &str) -> (u64, u64) {
+    let work = tempfile::tempdir().unwrap();
+    let query = format!("SELECT count(), countIf(({slot_sql}) = landed) FROM input");
+    let mut child = Command::new(chpart_testenv::clickhouse_local())
+        .arg("--path")
+        .arg(work.path())
+        .args([
+            "--structure",
+            "id UInt64, v String, landed UInt32",
+            "--input-format",
+            "TabSeparated",
+            "--table",
+            "input",
+            "--query",
+            &query,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn clickhouse-local");
+    let mut stdin = child.stdin.take().unwrap();
+    let rows = rows.to_owned();
+    let feeder = std::thread::spawn(move || stdin.write_all(rows.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap().unwrap();
+    assert!(
+        out.status.success(),
+        "clickhouse-local failed on {query}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (total, matched) = text.trim().split_once('\t').unwrap();
+    (total.parse().unwrap(), matched.parse().unwrap())
+}
+
+/// Loads `rows` rows through a Distributed table over `cluster` for each key, then checks that
+/// the routing SQL puts every row on the shard it landed on.
+fn assert_routing_matches_the_server(cluster: &Cluster, keys: &[(&str, &str)], rows: u64) {
+    let entry = &cluster.nodes[0].server;
+    on_all(cluster, "CREATE DATABASE r");
+    for (i, (key, expected_type)) in keys.iter().enumerate() {
+        on_all(
+            cluster,
+            &format!(
+                "CREATE TABLE r.local{i} (id UInt64, v String) ENGINE = MergeTree ORDER BY id"
+            ),
+        );
+        entry.q(&format!(
+            "CREATE TABLE r.dist{i} AS r.local{i} \
+             ENGINE = Distributed('{}', 'r', 'local{i}', {key})",
+            cluster.name
+        ));
+        entry.q(&format!(
+            "INSERT INTO r.dist{i} SELECT number, toString(number) FROM numbers({rows}) \
+             SETTINGS insert_distributed_sync = 1"
+        ));
+        let routing = routing_of(entry, "r", &format!("dist{i}"));
+        let key_type = &routing.key.as_ref().unwrap().type_name;
+        assert_eq!(key_type, expected_type, "type of {key}");
+        let slot_sql = routing.slot_sql().unwrap();
+        let landed = landed_rows(cluster, "r", &format!("local{i}"));
+        assert_eq!(
+            computed_vs_landed(&slot_sql, &landed),
+            (rows, rows),
+            "key {key} ({key_type}), weights {:?}: rows total vs on the computed shard; SQL {slot_sql}",
+            routing.shards
+        );
+        // The check can fail: every shard that may receive rows did, the others none.
+        let counts = counts_per_shard_of(cluster, &format!("r.local{i}"));
+        for node in &cluster.nodes {
+            assert_eq!(
+                counts[&node.shard_num] > 0,
+                node.weight > 0,
+                "key {key}: rows per shard {counts:?}"
+            );
+        }
+    }
+}
+
+/// Rows of `table` per shard: shard_num -> count.
+fn counts_per_shard_of(cluster: &Cluster, table: &str) -> BTreeMap<u32, u64> {
+    cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let count = node.server.q(&format!("SELECT count() FROM {table}"));
+            (node.shard_num, count.trim().parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn routing_sql_puts_every_row_where_the_distributed_insert_put_it() {
+    let cluster = Cluster::start("r3", &[1, 2, 3]);
+    assert_routing_matches_the_server(
+        &cluster,
+        &[
+            // Signed, and wider than its column: toInt32(...) - 500 is Int64.
+            ("toInt32(id) - 500", "Int64"),
+            ("cityHash64(id)", "UInt64"),
+            // The result type, not the column's: Int16 * Int8 is Int32.
+            ("toInt16(id) * -7", "Int32"),
+            // Narrow signed keys: read as UInt8 / UInt16.
+            ("toInt8(id * 37)", "Int8"),
+            ("toInt16(toInt32(id) - 600)", "Int16"),
+        ],
+        1200,
+    );
+}
+
+#[test]
+fn routing_sql_gives_a_weight_zero_shard_nothing() {
+    let cluster = Cluster::start("w0", &[2, 0, 3]);
+    assert_routing_matches_the_server(
+        &cluster,
+        &[
+            ("toInt32(id) - 500", "Int64"),
+            ("intHash32(id)", "UInt32"),
+            ("cityHash64(id)", "UInt64"),
+        ],
+        1000,
+    );
 }
