@@ -6,8 +6,6 @@
 //! `Distributed` INSERT put every row.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 use chpart_core::{DistributedEngine, Routing, ShardWeight, ShardingKey};
 
@@ -343,36 +341,13 @@ fn landed_rows(cluster: &Cluster, db: &str, local: &str) -> String {
 /// rows and of rows whose computed shard is the one they landed on.
 fn computed_vs_landed(slot_sql: &str, rows: &str) -> (u64, u64) {
     let work = tempfile::tempdir().unwrap();
-    let query = format!("SELECT count(), countIf(({slot_sql}) = landed) FROM input");
-    let mut child = Command::new(chpart_testenv::clickhouse_local())
-        .arg("--path")
-        .arg(work.path())
-        .args([
-            "--structure",
-            "id UInt64, v String, landed UInt32",
-            "--input-format",
-            "TabSeparated",
-            "--table",
-            "input",
-            "--query",
-            &query,
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn clickhouse-local");
-    let mut stdin = child.stdin.take().unwrap();
-    let rows = rows.to_owned();
-    let feeder = std::thread::spawn(move || stdin.write_all(rows.as_bytes()));
-    let out = child.wait_with_output().unwrap();
-    feeder.join().unwrap().unwrap();
-    assert!(
-        out.status.success(),
-        "clickhouse-local failed on {query}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = chpart_testenv::clickhouse_local_over(
+        work.path(),
+        "id UInt64, v String, landed UInt32",
+        "TabSeparated",
+        rows.as_bytes(),
+        &format!("SELECT count(), countIf(({slot_sql}) = landed) FROM input"),
     );
-    let text = String::from_utf8(out.stdout).unwrap();
     let (total, matched) = text.trim().split_once('\t').unwrap();
     (total.parse().unwrap(), matched.parse().unwrap())
 }
@@ -447,6 +422,10 @@ fn routing_sql_puts_every_row_where_the_distributed_insert_put_it() {
             // Narrow signed keys: read as UInt8 / UInt16.
             ("toInt8(id * 37)", "Int8"),
             ("toInt16(toInt32(id) - 600)", "Int16"),
+            (
+                "toLowCardinality(toUInt32(id * 7))",
+                "LowCardinality(UInt32)",
+            ),
         ],
         1200,
     );
