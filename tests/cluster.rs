@@ -138,15 +138,17 @@ fn private_addresses_are_distinct_hosts_that_are_all_remote() {
 }
 
 #[test]
-fn each_node_has_an_sshd_on_its_own_address() {
-    let cluster = Cluster::start_with_sshd("s2", &[1, 1], None);
+fn each_node_has_an_sshd_on_its_own_address_for_the_servers_user() {
+    // As in production: the servers run as `clickhouse`, who uploads over SFTP.
+    chpart_testenv::sshd::ensure_system_user("clickhouse");
+    let cluster = Cluster::start_with_sshd("s2", &[1, 1], Some("clickhouse"));
     for node in &cluster.nodes {
         let sshd = node.sshd.as_ref().expect("started with sshd");
         assert_eq!(sshd.host, node.address);
         let mut cfg = SftpConfig::new(
             node.address.to_string(),
             sshd.port,
-            "root",
+            "clickhouse",
             &sshd.known_hosts,
         );
         cfg.identity_file = Some(sshd.client_key.clone());
@@ -166,6 +168,10 @@ fn each_node_has_an_sshd_on_its_own_address() {
             .map(|e| e.name)
             .collect();
         assert!(names.iter().any(|n| n == "detached"), "{path}: {names:?}");
+        // ... and writable by the server's user, as uploads into detached/ need.
+        let detached = chpart_remote::join(path.trim(), "detached");
+        fs.create_dir(&chpart_remote::join(&detached, "probe"))
+            .unwrap_or_else(|e| panic!("mkdir in {detached} as clickhouse: {e}"));
         // A host key is listed for this node's address only.
         let known = std::fs::read_to_string(&sshd.known_hosts).unwrap();
         assert!(known.starts_with(&format!("[{}]:{} ", node.address, sshd.port)));
