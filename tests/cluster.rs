@@ -1,9 +1,13 @@
 //! Real-component tests of the test cluster and multi-disk servers chpart's distributed loads
 //! run against (`chpart_testenv::cluster`, `ServerOptions::jbod`): several 26.9 servers form
 //! one cluster (`system.clusters`, `Distributed` inserts reach the shards), and a server with
-//! a JBOD storage policy has one `detached/` per disk.
+//! a JBOD storage policy has one `detached/` per disk. And the routing rule of
+//! `chpart_core::routing`, evaluated by clickhouse-local, against where the cluster's own
+//! `Distributed` INSERT put every row.
 
 use std::collections::BTreeMap;
+
+use chpart_core::{DistributedEngine, Routing, ShardWeight, ShardingKey};
 
 use chpart_remote::{RemoteFs, SftpConfig, SftpFs};
 use chpart_testenv::clickhouse::{ClickHouse, ServerOptions, JBOD_POLICY};
@@ -134,15 +138,17 @@ fn private_addresses_are_distinct_hosts_that_are_all_remote() {
 }
 
 #[test]
-fn each_node_has_an_sshd_on_its_own_address() {
-    let cluster = Cluster::start_with_sshd("s2", &[1, 1], None);
+fn each_node_has_an_sshd_on_its_own_address_for_the_servers_user() {
+    // As in production: the servers run as `clickhouse`, who uploads over SFTP.
+    chpart_testenv::sshd::ensure_system_user("clickhouse");
+    let cluster = Cluster::start_with_sshd("s2", &[1, 1], Some("clickhouse"));
     for node in &cluster.nodes {
         let sshd = node.sshd.as_ref().expect("started with sshd");
         assert_eq!(sshd.host, node.address);
         let mut cfg = SftpConfig::new(
             node.address.to_string(),
             sshd.port,
-            "root",
+            "clickhouse",
             &sshd.known_hosts,
         );
         cfg.identity_file = Some(sshd.client_key.clone());
@@ -162,6 +168,10 @@ fn each_node_has_an_sshd_on_its_own_address() {
             .map(|e| e.name)
             .collect();
         assert!(names.iter().any(|n| n == "detached"), "{path}: {names:?}");
+        // ... and writable by the server's user, as uploads into detached/ need.
+        let detached = chpart_remote::join(path.trim(), "detached");
+        fs.create_dir(&chpart_remote::join(&detached, "probe"))
+            .unwrap_or_else(|e| panic!("mkdir in {detached} as clickhouse: {e}"));
         // A host key is listed for this node's address only.
         let known = std::fs::read_to_string(&sshd.known_hosts).unwrap();
         assert!(known.starts_with(&format!("[{}]:{} ", node.address, sshd.port)));
@@ -282,4 +292,161 @@ fn http_get(host: std::net::Ipv4Addr, port: u16, path: &str) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     response
+}
+
+/// The routing of the Distributed table `db.dist`, read from the server the way chpart must:
+/// engine arguments from `engine_full`, shards and weights from `system.clusters`, the key's
+/// result type from ClickHouse itself.
+fn routing_of(entry: &ClickHouse, db: &str, dist: &str) -> Routing {
+    let engine_full = entry.q(&format!(
+        "SELECT engine_full FROM system.tables WHERE database = '{db}' AND name = '{dist}' \
+         FORMAT TSVRaw"
+    ));
+    let engine = DistributedEngine::parse(engine_full.trim()).unwrap();
+    let shards = entry
+        .q(&format!(
+            "SELECT shard_num, shard_weight FROM system.clusters WHERE cluster = '{}' \
+             ORDER BY shard_num",
+            engine.cluster
+        ))
+        .lines()
+        .map(|line| {
+            let (shard_num, weight) = line.split_once('\t').unwrap();
+            ShardWeight {
+                shard_num: shard_num.parse().unwrap(),
+                weight: weight.parse().unwrap(),
+            }
+        })
+        .collect();
+    let key = engine.sharding_key.map(|sql| {
+        let described = entry.q(&format!(
+            "DESCRIBE (SELECT {sql} AS key FROM `{}`.`{}`)",
+            engine.database, engine.table
+        ));
+        let type_name = described.split('\t').nth(1).unwrap().to_owned();
+        ShardingKey { sql, type_name }
+    });
+    Routing { key, shards }
+}
+
+/// Every row of `db.local` on every shard as TSV `id, v, shard_num it landed on`.
+fn landed_rows(cluster: &Cluster, db: &str, local: &str) -> String {
+    cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            node.server.q(&format!(
+                "SELECT id, v, {} FROM {db}.{local} ORDER BY id",
+                node.shard_num
+            ))
+        })
+        .collect()
+}
+
+/// Evaluates `slot_sql` with clickhouse-local over `rows` (TSV `id, v, landed`): the number of
+/// rows and of rows whose computed shard is the one they landed on.
+fn computed_vs_landed(slot_sql: &str, rows: &str) -> (u64, u64) {
+    let work = tempfile::tempdir().unwrap();
+    let text = chpart_testenv::clickhouse_local_over(
+        work.path(),
+        "id UInt64, v String, landed UInt32",
+        "TabSeparated",
+        rows.as_bytes(),
+        &format!("SELECT count(), countIf(({slot_sql}) = landed) FROM input"),
+    );
+    let (total, matched) = text.trim().split_once('\t').unwrap();
+    (total.parse().unwrap(), matched.parse().unwrap())
+}
+
+/// Loads `rows` rows through a Distributed table over `cluster` for each key, then checks that
+/// the routing SQL puts every row on the shard it landed on.
+fn assert_routing_matches_the_server(cluster: &Cluster, keys: &[(&str, &str)], rows: u64) {
+    let entry = &cluster.nodes[0].server;
+    on_all(cluster, "CREATE DATABASE r");
+    for (i, (key, expected_type)) in keys.iter().enumerate() {
+        on_all(
+            cluster,
+            &format!(
+                "CREATE TABLE r.local{i} (id UInt64, v String) ENGINE = MergeTree ORDER BY id"
+            ),
+        );
+        entry.q(&format!(
+            "CREATE TABLE r.dist{i} AS r.local{i} \
+             ENGINE = Distributed('{}', 'r', 'local{i}', {key})",
+            cluster.name
+        ));
+        entry.q(&format!(
+            "INSERT INTO r.dist{i} SELECT number, toString(number) FROM numbers({rows}) \
+             SETTINGS insert_distributed_sync = 1"
+        ));
+        let routing = routing_of(entry, "r", &format!("dist{i}"));
+        let key_type = &routing.key.as_ref().unwrap().type_name;
+        assert_eq!(key_type, expected_type, "type of {key}");
+        let slot_sql = routing.slot_sql().unwrap();
+        let landed = landed_rows(cluster, "r", &format!("local{i}"));
+        assert_eq!(
+            computed_vs_landed(&slot_sql, &landed),
+            (rows, rows),
+            "key {key} ({key_type}), weights {:?}: rows total vs on the computed shard; SQL {slot_sql}",
+            routing.shards
+        );
+        // The check can fail: every shard that may receive rows did, the others none.
+        let counts = counts_per_shard_of(cluster, &format!("r.local{i}"));
+        for node in &cluster.nodes {
+            assert_eq!(
+                counts[&node.shard_num] > 0,
+                node.weight > 0,
+                "key {key}: rows per shard {counts:?}"
+            );
+        }
+    }
+}
+
+/// Rows of `table` per shard: shard_num -> count.
+fn counts_per_shard_of(cluster: &Cluster, table: &str) -> BTreeMap<u32, u64> {
+    cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let count = node.server.q(&format!("SELECT count() FROM {table}"));
+            (node.shard_num, count.trim().parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn routing_sql_puts_every_row_where_the_distributed_insert_put_it() {
+    let cluster = Cluster::start("r3", &[1, 2, 3]);
+    assert_routing_matches_the_server(
+        &cluster,
+        &[
+            // Signed, and wider than its column: toInt32(...) - 500 is Int64.
+            ("toInt32(id) - 500", "Int64"),
+            ("cityHash64(id)", "UInt64"),
+            // The result type, not the column's: Int16 * Int8 is Int32.
+            ("toInt16(id) * -7", "Int32"),
+            // Narrow signed keys: read as UInt8 / UInt16.
+            ("toInt8(id * 37)", "Int8"),
+            ("toInt16(toInt32(id) - 600)", "Int16"),
+            (
+                "toLowCardinality(toUInt32(id * 7))",
+                "LowCardinality(UInt32)",
+            ),
+        ],
+        1200,
+    );
+}
+
+#[test]
+fn routing_sql_gives_a_weight_zero_shard_nothing() {
+    let cluster = Cluster::start("w0", &[2, 0, 3]);
+    assert_routing_matches_the_server(
+        &cluster,
+        &[
+            ("toInt32(id) - 500", "Int64"),
+            ("intHash32(id)", "UInt32"),
+            ("cityHash64(id)", "UInt64"),
+        ],
+        1000,
+    );
 }

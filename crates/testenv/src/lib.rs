@@ -51,6 +51,49 @@ pub fn clickhouse_local() -> PathBuf {
     deploy_script("clickhouse-local")
 }
 
+/// Runs `query` with the [`clickhouse_local`] command in `work` over `input` on its stdin, read
+/// as table `input` of columns `structure` in `input_format`; returns stdout. Panics with the
+/// query and clickhouse-local's stderr when it fails.
+pub fn clickhouse_local_over(
+    work: &Path,
+    structure: &str,
+    input_format: &str,
+    input: &[u8],
+    query: &str,
+) -> String {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(clickhouse_local())
+        .arg("--path")
+        .arg(work)
+        .args(["--structure", structure, "--input-format", input_format])
+        .args(["--table", "input", "--query", query])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn clickhouse-local");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // Written on its own thread: a large input would fill the pipe while the child's output
+    // fills the other one.
+    let out = std::thread::scope(|scope| {
+        let feeder = scope.spawn(move || stdin.write_all(input));
+        let out = child.wait_with_output().expect("wait for clickhouse-local");
+        feeder
+            .join()
+            .expect("stdin writer")
+            .expect("write clickhouse-local's stdin");
+        out
+    });
+    assert!(
+        out.status.success(),
+        "clickhouse-local failed ({}) on {query}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("clickhouse-local printed UTF-8")
+}
+
 /// Panics with [`INSTALL_HINT`] unless the project's Python environment with chdb exists.
 pub fn require_engine() {
     let python = project_root().join(".venv/bin/python");
