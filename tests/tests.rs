@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod commit;
 mod disks;
+mod distributed;
 mod engines;
 mod launcher;
 mod recover;

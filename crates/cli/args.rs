@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use chpart_config::Config;
 use chpart_core::{LoadId, RemotePath, StagingRoots, TableRef};
-use chpart_protocol::begin::{begin, BeginOutcome, BeginRequest};
+use chpart_protocol::begin::{BeginOutcome, BeginRequest};
+use chpart_protocol::cluster::begin_load;
 use chpart_protocol::ledger::{Mode, Visibility};
 use chpart_protocol::store::Ledger;
 use chpart_protocol::FailureKind;
@@ -358,10 +359,12 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
         allow_materialized_views: args.allow_materialized_views,
         clickhouse_local_version: local_version(&config),
         staging: staging_roots(&config)?,
+        shard_of: None,
     };
     let ledger = Ledger::new(server_of(&config), &config.ledger_database);
+    let reach = crate::build::ConfigReach::new(config.clone());
     let outcome = runtime()?
-        .block_on(begin(&ledger, &request))
+        .block_on(begin_load(&ledger, &reach, &request))
         .map_err(|e| Failure::new(e.kind(), e))?;
     let spec = outcome.spec();
     if args.json {

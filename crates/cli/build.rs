@@ -5,45 +5,126 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chpart_build::LocalCommand;
-use chpart_config::{Config, Transport};
-use chpart_core::{Attempt, AttemptId, LoadId, StagingLayout};
+use chpart_config::{Config, HostSettings, Transport};
+use chpart_core::{Attempt, AttemptId, LoadId, Manifest, RemotePath, StagingLayout, StagingRoots};
 use chpart_protocol::build::{build, BuildEnv, BuildRequest, Input, LedgerDirectory};
+use chpart_protocol::cluster::Reach;
 use chpart_protocol::store::Ledger;
 use chpart_protocol::FailureKind;
-use chpart_remote::{LocalFs, RemoteFs, SftpConfig, SftpFs};
+use chpart_remote::{LocalFs, RemoteError, RemoteFs, SftpConfig, SftpFs};
+use chpart_server::{Secret, Server, ServerConfig};
 
 use crate::args::{load_config, runtime, server_of, usage, BuildArgs};
 use crate::exit::{self, Failure};
 
-/// The server's filesystem as the config describes it.
+/// The configured server's filesystem.
 pub fn remote_fs(config: &Config) -> Result<Arc<dyn RemoteFs>, Failure> {
-    Ok(remote_connections(config, 1)?.remove(0))
+    let reach = ConfigReach::new(config.clone());
+    let host = config.clickhouse.host_name.clone();
+    let mut connections = reach.connect(&host, 1).map_err(remote_failure)?;
+    Ok(connections.remove(0))
 }
 
-/// `n` connections to the server's filesystem (one for the local transport, which needs no
-/// more: it moves parts instead of copying them).
-pub fn remote_connections(config: &Config, n: usize) -> Result<Vec<Arc<dyn RemoteFs>>, Failure> {
-    match &config.transport {
-        Transport::Local => Ok(vec![Arc::new(LocalFs::new())]),
-        Transport::Sftp(ssh) => (0..n.max(1)).map(|_| sftp_connection(ssh)).collect(),
+fn remote_failure(e: RemoteError) -> Failure {
+    let kind = if e.is_transient() {
+        FailureKind::Retryable
+    } else {
+        FailureKind::Permanent
+    };
+    Failure::new(kind, e)
+}
+
+/// How chpart reaches every host from this config: the configured server (`[clickhouse]`,
+/// `[ssh]`, `[staging]`) and, for the shards of a cluster, the same settings with each host's
+/// `[[hosts]]` overrides.
+pub struct ConfigReach {
+    config: Config,
+}
+
+impl ConfigReach {
+    pub fn new(config: Config) -> ConfigReach {
+        ConfigReach { config }
+    }
+
+    fn host(&self, host: &str) -> HostSettings {
+        self.config.hosts.get(host).cloned().unwrap_or_default()
     }
 }
 
-fn sftp_connection(ssh: &chpart_config::SshSettings) -> Result<Arc<dyn RemoteFs>, Failure> {
-    let mut cfg = SftpConfig::new(&ssh.host, ssh.port, &ssh.user, &ssh.known_hosts);
-    cfg.identity_file = ssh.identity_file.clone();
-    cfg.use_agent = ssh.use_agent;
-    cfg.connect_timeout_secs = ssh.connect_timeout.as_secs();
-    cfg.write_buffer_bytes = ssh.write_buffer_bytes;
-    let fs = SftpFs::connect(&cfg).map_err(|e| {
-        let kind = if e.is_transient() {
-            FailureKind::Retryable
-        } else {
-            FailureKind::Permanent
+impl Reach for ConfigReach {
+    fn server(&self, url: &str) -> Server {
+        let ch = &self.config.clickhouse;
+        Server::new(&ServerConfig {
+            url: url.to_owned(),
+            user: ch.user.clone(),
+            password: ch.password.as_ref().map(|p| Secret::new(p.expose())),
+            request_timeout: ch.request_timeout,
+        })
+    }
+
+    fn connect(
+        &self,
+        host: &str,
+        connections: usize,
+    ) -> Result<Vec<Arc<dyn RemoteFs>>, RemoteError> {
+        let ssh = match &self.config.transport {
+            // The server's data directory is on this machine: every host's is (tests, the
+            // embedded quickstart), and moving beats copying.
+            Transport::Local => return Ok(vec![Arc::new(LocalFs::new())]),
+            Transport::Sftp(ssh) => ssh,
         };
-        Failure::new(kind, e)
-    })?;
-    Ok(Arc::new(fs))
+        let over = self.host(host);
+        // The configured server's SSH host is `[ssh].host`; any other host is reached by its
+        // own name unless `[[hosts]]` says otherwise.
+        let ssh_host = over.ssh_host.clone().unwrap_or_else(|| {
+            if host == self.config.clickhouse.host_name {
+                ssh.host.clone()
+            } else {
+                host.to_owned()
+            }
+        });
+        let mut cfg = SftpConfig::new(
+            &ssh_host,
+            over.ssh_port.unwrap_or(ssh.port),
+            &ssh.user,
+            over.known_hosts.as_ref().unwrap_or(&ssh.known_hosts),
+        );
+        cfg.identity_file = over
+            .identity_file
+            .clone()
+            .or_else(|| ssh.identity_file.clone());
+        cfg.use_agent = ssh.use_agent;
+        cfg.connect_timeout_secs = ssh.connect_timeout.as_secs();
+        cfg.write_buffer_bytes = ssh.write_buffer_bytes;
+        (0..connections.clamp(1, ssh.upload_connections.max(1)))
+            .map(|_| SftpFs::connect(&cfg).map(|fs| Arc::new(fs) as Arc<dyn RemoteFs>))
+            .collect()
+    }
+
+    fn staging(&self, host: &str) -> StagingRoots {
+        let single = self
+            .host(host)
+            .staging_root
+            .unwrap_or_else(|| self.config.staging_root.clone());
+        StagingRoots {
+            single: RemotePath::new(&single).expect("the config validated staging roots"),
+            per_disk: self
+                .config
+                .staging_disk_roots
+                .iter()
+                .map(|(disk, root)| {
+                    (
+                        disk.clone(),
+                        RemotePath::new(root).expect("the config validated staging roots"),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn url(&self, host: &str) -> Option<String> {
+        self.host(host).url
+    }
 }
 
 /// Makes this process die with its parent (the Spark Python worker): a killed task must not
@@ -101,23 +182,22 @@ pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
         ledger: Ledger::new(server_of(&config), &config.ledger_database),
         runtime: rt.handle().clone(),
     };
-    let streams = match &config.transport {
+    let connections = match &config.transport {
         Transport::Sftp(ssh) => ssh.upload_connections,
         Transport::Local => 1,
     };
-    let connections = remote_connections(&config, streams)?;
-    let fs = connections[0].clone();
-    let uploaders: Vec<&dyn RemoteFs> = connections.iter().map(|c| c.as_ref()).collect();
     let local = LocalCommand::new(
         &config.clickhouse_local.command,
         config.clickhouse_local.timeout,
     );
+    let work_parent = config.clickhouse_local.work_dir.clone();
+    let reach = ConfigReach::new(config);
     let env = BuildEnv {
         loads: &loads,
-        fs: fs.as_ref(),
-        uploaders: &uploaders,
+        reach: &reach,
+        connections,
         local: &local,
-        work_parent: config.clickhouse_local.work_dir.clone(),
+        work_parent,
         staging,
     };
     let context = format!(
@@ -135,17 +215,22 @@ pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
         Failure::new(kind, anyhow::Error::new(e).context(context.clone()))
     })?;
     let t = &report.timings;
-    let m = &report.manifest;
+    let m = &report.manifests;
     tracing::info!(
-        "{context}: published {} part(s), {} rows, {:.1} MB (build {:.2}s, digest {:.2}s, upload {:.2}s, publish {:.2}s)",
-        m.parts.len(),
-        m.total_rows(),
+        "{context}: published {} part(s), {} rows, {:.1} MB{} (build {:.2}s, digest {:.2}s, upload {:.2}s, publish {:.2}s)",
+        m.iter().map(|m| m.parts.len()).sum::<usize>(),
+        m.iter().map(Manifest::total_rows).sum::<u64>(),
         t.bytes as f64 / 1e6,
+        if m.len() > 1 {
+            format!(" on {} shards", m.len())
+        } else {
+            String::new()
+        },
         t.build_secs,
         t.digest_secs,
         t.upload_secs,
         t.publish_secs
     );
-    println!("{}", m.to_json_line());
+    println!("{}", report.line);
     Ok(exit::ok())
 }

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chpart_core::{LoadId, StagingLayout};
-use chpart_protocol::commit::{commit, CommitEnv, CommitRequest};
+use chpart_protocol::cluster::commit_load;
+use chpart_protocol::commit::{CommitEnv, CommitRequest};
 use chpart_protocol::observe::Verify;
 use chpart_protocol::store::Ledger;
 
@@ -14,7 +15,7 @@ use chpart_protocol::cleanup::Removal;
 use crate::args::{
     load_config, runtime, server_of, usage, AbortArgs, CommitArgs, GcArgs, StatusArgs, VerifyArg,
 };
-use crate::build::remote_fs;
+use crate::build::{remote_fs, ConfigReach};
 use crate::exit::{self, Failure};
 
 /// Non-empty lines of the winners file (or stdin), numbered from 1.
@@ -44,6 +45,7 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
     let driver = driver_env(&args.config)?;
     let env = CommitEnv {
         ledger: &driver.ledger,
+        server: driver.ledger.server(),
         fs: driver.fs.as_ref(),
         staging: driver.staging.clone(),
     };
@@ -59,14 +61,18 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
         expected_partitions: args.partitions,
         allow_missing: args.allow_missing_partitions,
         visibility: args.visibility.map(Into::into),
+        prepare_only: false,
     };
-    let outcome = driver.rt.block_on(commit(&env, request)).map_err(|e| {
-        let kind = e.kind();
-        Failure::new(
-            kind,
-            anyhow::Error::new(e).context(format!("commit of load {load}")),
-        )
-    })?;
+    let outcome = driver
+        .rt
+        .block_on(commit_load(&driver.reach, &env, request))
+        .map_err(|e| {
+            let kind = e.kind();
+            Failure::new(
+                kind,
+                anyhow::Error::new(e).context(format!("commit of load {load}")),
+            )
+        })?;
     let s = &outcome.summary;
     if outcome.already_committed && outcome.attached_now == 0 {
         tracing::info!(
@@ -103,6 +109,7 @@ struct DriverEnv {
     ledger: Ledger,
     fs: std::sync::Arc<dyn chpart_remote::RemoteFs>,
     staging: StagingLayout,
+    reach: ConfigReach,
 }
 
 fn driver_env(config: &crate::args::ConfigArg) -> Result<DriverEnv, Failure> {
@@ -115,6 +122,7 @@ fn driver_env(config: &crate::args::ConfigArg) -> Result<DriverEnv, Failure> {
         ledger: Ledger::new(server_of(&config), &config.ledger_database),
         fs: remote_fs(&config)?,
         staging,
+        reach: ConfigReach::new(config),
     })
 }
 
@@ -142,6 +150,7 @@ pub fn run_abort(args: AbortArgs) -> Result<ExitCode, Failure> {
         .rt
         .block_on(chpart_protocol::cleanup::abort_with(
             &env.ledger,
+            &env.reach,
             env.fs.as_ref(),
             &env.staging,
             &load,
@@ -171,6 +180,7 @@ pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
         .rt
         .block_on(chpart_protocol::cleanup::status(
             &env.ledger,
+            &env.reach,
             env.fs.as_ref(),
             &env.staging,
             only.as_ref(),
@@ -231,6 +241,12 @@ pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
                 }
             );
         }
+        for shard in &l.shards {
+            println!(
+                "  shard {} ({}): load {} {}",
+                shard.shard_num, shard.host, shard.load, shard.state
+            );
+        }
         for r in &l.gc_pending {
             println!("  gc pending: {}", describe(r));
         }
@@ -244,6 +260,7 @@ pub fn run_gc(args: GcArgs) -> Result<ExitCode, Failure> {
         .rt
         .block_on(chpart_protocol::cleanup::gc(
             &env.ledger,
+            &env.reach,
             env.fs.as_ref(),
             &env.staging,
             args.older_than,

@@ -108,6 +108,101 @@ pub fn build_query(
     Ok(statements.join(";\n"))
 }
 
+/// The statements of one build session that routes rows to several tables (a Distributed
+/// table's shards): `tables` are (table name, [`crate::ddl::local_table_ddl`]'s statement for
+/// it), all of one definition. The input goes once into a `Null` table of that definition,
+/// and one materialized view per table takes the rows whose `route` (an expression over the
+/// table's columns, e.g. `chpart_core::routing::Routing::slot_sql`) equals that table's `key`;
+/// so every row is read, converted and routed once, with the table's defaults computed
+/// before the route is. Ends with each table's parts listing after a marker line
+/// ([`split_listings`] separates them).
+pub fn build_query_routed(
+    tables: &[(String, String, u32)],
+    database: &str,
+    route: &str,
+    insert_columns: &[String],
+    files: Vec<FileSource>,
+) -> Result<String, QueryError> {
+    let Some((first, _, _)) = tables.first() else {
+        return Err(QueryError::NoFiles);
+    };
+    let table = |t: &str| format!("{}.{}", quote_ident(database), quote_ident(t));
+    let source = table(ROUTED_SOURCE);
+    let mut statements = vec![format!("CREATE DATABASE {}", quote_ident(database))];
+    for (name, ddl, _) in tables {
+        let target = table(name);
+        statements.push(ddl.trim().trim_end_matches(';').trim_end().to_string());
+        statements.push(format!(
+            "ALTER TABLE {target} MODIFY SETTING {NO_BACKGROUND_MERGES}"
+        ));
+        statements.push(format!("SYSTEM STOP MERGES {target}"));
+    }
+    statements.push(format!(
+        "CREATE TABLE {source} AS {} ENGINE = Null",
+        table(first)
+    ));
+    for (name, _, key) in tables {
+        statements.push(format!(
+            "CREATE MATERIALIZED VIEW {} TO {} AS SELECT * FROM {source} WHERE ({route}) = {key}",
+            table(&format!("{ROUTED_VIEW_PREFIX}{name}")),
+            table(name)
+        ));
+    }
+    let (column_list, select_list) = if insert_columns.is_empty() {
+        (String::new(), "*".to_string())
+    } else {
+        let quoted: Vec<String> = insert_columns.iter().map(|c| quote_ident(c)).collect();
+        (format!(" ({})", quoted.join(", ")), quoted.join(", "))
+    };
+    let insert = format!("INSERT INTO {source}{column_list} SETTINGS optimize_on_insert = 0");
+    if files.is_empty() {
+        return Err(QueryError::NoFiles);
+    }
+    for (path, format, structure) in files {
+        if !path.is_absolute() {
+            return Err(QueryError::RelativePath { path });
+        }
+        statements.push(format!(
+            "{insert} SELECT {select_list} FROM file({}, {}, {})",
+            quote_os(path.as_os_str()),
+            quote_str(&format),
+            quote_str(&structure)
+        ));
+    }
+    for (name, _, _) in tables {
+        statements.push(format!(
+            "SELECT {} FORMAT TabSeparated",
+            quote_str(&format!("{LISTING_MARKER}{name}"))
+        ));
+        statements.push(list_parts(database, name));
+    }
+    Ok(statements.join(";\n"))
+}
+
+/// The `Null` table a routed build inserts into.
+const ROUTED_SOURCE: &str = "chpart_routed_input";
+/// Prefix of the routed build's materialized views.
+const ROUTED_VIEW_PREFIX: &str = "chpart_route_";
+/// The line before each table's listing in [`build_query_routed`]'s output.
+const LISTING_MARKER: &str = "chpart-parts-of:";
+
+/// [`build_query_routed`]'s output as each table's listing (what [`inspect_parts`] reads), by
+/// table name.
+pub fn split_listings(output: &str) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in output.lines() {
+        if let Some(table) = line.strip_prefix(LISTING_MARKER) {
+            out.insert(table.to_owned(), String::new());
+            current = Some(table.to_owned());
+        } else if let Some(listing) = current.as_ref().and_then(|t| out.get_mut(t)) {
+            listing.push_str(line);
+            listing.push('\n');
+        }
+    }
+    out
+}
+
 /// How a second session rewrites the parts [`build_query`] made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rewrite {

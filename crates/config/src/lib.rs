@@ -125,6 +125,32 @@ pub struct RawConfig {
     /// Where the durable record of loads lives.
     #[serde(default)]
     pub ledger: RawLedger,
+    /// Per-host settings for the shards of a cluster, where what `begin` discovers (host names
+    /// and HTTP ports from `system.clusters`) is not how this machine reaches them.
+    #[serde(default)]
+    pub hosts: Vec<RawHost>,
+}
+
+/// `[[hosts]]`: how to reach one host of a cluster. Every key but `name` is optional; an unset
+/// one falls back to the discovered value or to the `[ssh]` / `[staging]` setting.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHost {
+    /// The host as the cluster names it (`system.clusters.host_name`), e.g. `ch-2.dc1`.
+    pub name: String,
+    /// Its HTTP endpoint. Default: `http://<name>:<its http_port>` (the port as the server
+    /// itself reports it, asked through the cluster).
+    pub url: Option<String>,
+    /// The SSH host name or address. Default: `name`.
+    pub ssh_host: Option<String>,
+    /// The SSH port. Default: `ssh.port`.
+    pub ssh_port: Option<u16>,
+    /// The private key file for this host. Default: `ssh.identity_file`.
+    pub identity_file: Option<PathBuf>,
+    /// The known_hosts file for this host. Default: `ssh.known_hosts`.
+    pub known_hosts: Option<PathBuf>,
+    /// The staging root on this host for tables on one disk. Default: `staging.root`.
+    pub staging_root: Option<String>,
 }
 
 /// `[clickhouse]`
@@ -285,8 +311,27 @@ pub struct Config {
     pub staging_root: String,
     /// Staging roots by disk name for tables on several disks (same form as `staging_root`).
     pub staging_disk_roots: Vec<(String, String)>,
+    /// Per-host settings, by host name (`[[hosts]]`).
+    pub hosts: BTreeMap<String, HostSettings>,
     /// Database of the ledger table.
     pub ledger_database: String,
+}
+
+/// Validated `[[hosts]]` entry: what is set for one host (unset: the defaults).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostSettings {
+    /// HTTP endpoint.
+    pub url: Option<String>,
+    /// SSH host.
+    pub ssh_host: Option<String>,
+    /// SSH port.
+    pub ssh_port: Option<u16>,
+    /// Private key file.
+    pub identity_file: Option<PathBuf>,
+    /// known_hosts file.
+    pub known_hosts: Option<PathBuf>,
+    /// Staging root (absolute, no trailing slash).
+    pub staging_root: Option<String>,
 }
 
 /// Validated `[clickhouse]`.
@@ -684,6 +729,36 @@ impl RawConfig {
         };
 
         check_ident("ledger.database", &self.ledger.database)?;
+        let mut hosts = BTreeMap::new();
+        for host in self.hosts {
+            let key = |k: &str| format!("hosts.{}.{k}", host.name);
+            if host.name.trim().is_empty() {
+                return Err(invalid("hosts.name", "must not be empty"));
+            }
+            if let Some(url) = &host.url {
+                if url_host(url).is_none() {
+                    return Err(invalid(
+                        &key("url"),
+                        format!("{url:?} is not an http:// or https:// URL with a host"),
+                    ));
+                }
+            }
+            let staging_root = match &host.staging_root {
+                Some(root) => Some(check_remote_path(&key("staging_root"), root)?),
+                None => None,
+            };
+            let settings = HostSettings {
+                url: host.url,
+                ssh_host: host.ssh_host,
+                ssh_port: host.ssh_port,
+                identity_file: host.identity_file,
+                known_hosts: host.known_hosts,
+                staging_root,
+            };
+            if hosts.insert(host.name.clone(), settings).is_some() {
+                return Err(invalid(&format!("hosts.{}", host.name), "is listed twice"));
+            }
+        }
         Ok(Config {
             clickhouse,
             transport,
@@ -699,6 +774,7 @@ impl RawConfig {
                 })
                 .collect::<Result<_, ConfigError>>()?,
             ledger_database: self.ledger.database,
+            hosts,
         })
     }
 }

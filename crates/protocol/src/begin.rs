@@ -41,6 +41,8 @@ pub struct BeginRequest {
     /// The configured staging roots; `begin` picks one per disk the load publishes to and
     /// records it in the spec, which every build, commit and gc then follows.
     pub staging: StagingRoots,
+    /// For a shard's sub-load of a cluster load: which load and shard (`None` otherwise).
+    pub shard_of: Option<crate::cluster::ShardOf>,
 }
 
 /// What `begin` did.
@@ -108,6 +110,26 @@ pub enum BeginError {
         /// Why.
         message: String,
     },
+    /// A shard of a cluster load refused or failed.
+    #[error("shard {shard_num} ({host}): {source}")]
+    Shard {
+        /// The shard's number.
+        shard_num: u32,
+        /// Its host.
+        host: String,
+        /// What went wrong there.
+        source: Box<BeginError>,
+    },
+    /// A shard of a cluster load could not be reached.
+    #[error("shard {shard_num} ({host}) is unreachable: {message}")]
+    ShardUnreachable {
+        /// The shard's number.
+        shard_num: u32,
+        /// Its host.
+        host: String,
+        /// What happened.
+        message: String,
+    },
     /// A server call failed.
     #[error(transparent)]
     Server(#[from] ServerError),
@@ -141,7 +163,15 @@ fn describe(target: &TableRef, mode: Mode, visibility: Visibility) -> String {
 
 /// Opens `req.load`, or confirms it is open with the same request.
 pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, BeginError> {
-    let server = ledger.server();
+    begin_on(ledger, ledger.server(), req).await
+}
+
+/// [`begin`] for a table on `server`, which need not be the ledger's (a shard of a cluster).
+pub async fn begin_on(
+    ledger: &Ledger,
+    server: &chpart_server::Server,
+    req: &BeginRequest,
+) -> Result<BeginOutcome, BeginError> {
     ledger.ensure().await?;
     let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
     if let Some(outcome) = existing_outcome(&view.state, view.spec.as_ref(), req)? {
@@ -269,6 +299,8 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
         clickhouse_local_version: req.clickhouse_local_version.clone(),
         host: req.host.clone(),
         publish_disks,
+        cluster: None,
+        shard_of: req.shard_of.clone(),
         opened_at_unix_ms: now_unix_ms(),
     };
     let body = serde_json::to_string(&spec).expect("a LoadSpec serializes");
@@ -379,7 +411,7 @@ pub(crate) async fn open_replace_loads(
     Ok(out)
 }
 
-fn existing_outcome(
+pub(crate) fn existing_outcome(
     state: &LoadState,
     spec: Option<&LoadSpec>,
     req: &BeginRequest,

@@ -21,12 +21,13 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use chpart_build::{
-    build_query, digest_part, inspect_parts, local_args, local_table_ddl, rewrite_query, ttl_due,
-    BuiltPart, FileSource, LocalCommand, LocalIdentity, Rewrite, RunError, WorkDir,
+    build_query, build_query_routed, digest_part, inspect_parts, local_args, local_table_ddl,
+    rewrite_query, split_listings, ttl_due, BuiltPart, FileSource, LocalCommand, LocalIdentity,
+    Rewrite, RunError, WorkDir,
 };
 use chpart_core::manifest::{FileEntry, Manifest, OtherDisk, PartEntry, Target};
 use chpart_core::{
@@ -37,6 +38,7 @@ use chpart_input::{ArrowStreamPump, ChType, InputError, InputPlan, ParquetInput,
 use chpart_remote::{RemoteError, RemoteFs};
 use serde::Serialize;
 
+use crate::cluster::{ClusterManifest, ClusterSpec, Reach, ShardSpec};
 use crate::ledger::{LoadSpec, LoadState};
 use crate::store::{now_unix_ms, LedgerStoreError};
 use crate::FailureKind;
@@ -46,7 +48,7 @@ const LOCAL_DATABASE: &str = "chpart_build";
 const LOCAL_TABLE: &str = "t";
 
 /// Where a load's spec and state come from (the ledger, in production).
-pub trait LoadDirectory {
+pub trait LoadDirectory: Sync {
     /// The load's state and spec, read now (not cached: fencing depends on it).
     fn lookup(&self, load: &LoadId) -> Result<(LoadState, Option<LoadSpec>), LedgerStoreError>;
 }
@@ -76,15 +78,16 @@ pub struct BuildRequest {
 pub struct BuildEnv<'a> {
     /// The ledger.
     pub loads: &'a dyn LoadDirectory,
-    /// The server's filesystem.
-    pub fs: &'a dyn RemoteFs,
-    /// Connections parts are uploaded over in parallel (at least one; may include `fs`).
-    pub uploaders: &'a [&'a dyn RemoteFs],
+    /// How to reach the host (or, for a load into a Distributed table, each shard's host)
+    /// parts are published on.
+    pub reach: &'a dyn Reach,
+    /// Connections to each host that parts are uploaded over in parallel (at least one).
+    pub connections: usize,
     /// clickhouse-local.
     pub local: &'a LocalCommand,
     /// Parent of this attempt's local work dir.
     pub work_parent: PathBuf,
-    /// Staging root on the server's filesystem.
+    /// The configured staging root, for loads begun before chpart recorded theirs.
     pub staging: StagingLayout,
 }
 
@@ -106,9 +109,12 @@ pub struct BuildTimings {
 /// A finished attempt.
 #[derive(Debug)]
 pub struct BuildReport {
-    /// The manifest, as written to staging (print it with `to_json_line`).
-    pub manifest: Manifest,
-    /// Timings.
+    /// The manifests, as written to staging: one, or one per shard of a cluster load.
+    pub manifests: Vec<Manifest>,
+    /// What the attempt prints last, for its runner to hand to `commit`: the manifest, or the
+    /// cluster manifest (every shard's) of a cluster load.
+    pub line: String,
+    /// Timings (for a cluster load: the slowest shard's phases, the bytes of all).
     pub timings: BuildTimings,
 }
 
@@ -180,6 +186,16 @@ pub enum BuildError {
         /// The zone clickhouse-local reported.
         actual: String,
     },
+    /// A shard of a cluster load failed; what the attempt published on every shard is undone.
+    #[error("shard {shard_num} ({host}): {source}")]
+    Shard {
+        /// The shard's number.
+        shard_num: u32,
+        /// Its host.
+        host: String,
+        /// What went wrong there.
+        source: Box<BuildError>,
+    },
     /// Another build holds this attempt's staging directory: the attempt id was used twice.
     #[error("attempt {attempt} of load {load} already has a staging directory {path}: another build with this attempt id ran or is running, and attempt ids must never repeat; this build published nothing and left that directory alone")]
     AttemptTaken {
@@ -212,6 +228,7 @@ impl BuildError {
     pub fn kind(&self) -> FailureKind {
         match self {
             BuildError::Fenced { .. } => FailureKind::Fenced,
+            BuildError::Shard { source, .. } => source.kind(),
             BuildError::Ledger(e) => e.kind(),
             BuildError::Remote { source, .. } if source.is_transient() => FailureKind::Retryable,
             BuildError::Run(RunError::NotFound { .. }) => FailureKind::Usage,
@@ -323,21 +340,27 @@ fn check_local(
     }
 }
 
+/// Builds the attempt's parts: into the one local table, or with `routed` = (tables with
+/// their route values, route expression) into one table per shard, each row into the table
+/// whose value its route gives. Returns one [`Built`] per table, in order.
 fn run_clickhouse_local(
     env: &BuildEnv<'_>,
     spec: &LoadSpec,
     work: &WorkDir,
     input: Input,
     merge: bool,
-) -> Result<Built, BuildError> {
+    routed: Option<(&[(String, u32)], &str)>,
+) -> Result<Vec<Built>, BuildError> {
     let local = local_for(env, spec);
     let target = target_columns(spec)?;
-    let ddl = local_table_ddl(
-        &spec.publish_snapshot.create_table_query,
-        LOCAL_DATABASE,
-        LOCAL_TABLE,
-    )
-    .map_err(build_err)?;
+    let ddl_of = |table: &str| {
+        local_table_ddl(
+            &spec.publish_snapshot.create_table_query,
+            LOCAL_DATABASE,
+            table,
+        )
+        .map_err(build_err)
+    };
     let data = work.path().join("clickhouse");
 
     // The identity query runs beside the build: it costs one process start-up, not a serial
@@ -368,72 +391,101 @@ fn run_clickhouse_local(
             (files, plan, stats.rows)
         }
     };
-    let query = build_query(
-        &ddl,
-        LOCAL_DATABASE,
-        LOCAL_TABLE,
-        &plan.insert_columns,
-        files,
-    )
-    .map_err(build_err)?;
-    let output = local.run(&local_args(&data, &query))?;
-    let inserted = inspect(&output, None)?;
+    let (tables, inserted): (Vec<String>, Vec<Vec<BuiltPart>>) = match routed {
+        None => {
+            let query = build_query(
+                &ddl_of(LOCAL_TABLE)?,
+                LOCAL_DATABASE,
+                LOCAL_TABLE,
+                &plan.insert_columns,
+                files,
+            )
+            .map_err(build_err)?;
+            let output = local.run(&local_args(&data, &query))?;
+            (vec![LOCAL_TABLE.to_owned()], vec![inspect(&output, None)?])
+        }
+        Some((tables, route)) => {
+            let ddls = tables
+                .iter()
+                .map(|(t, key)| Ok((t.clone(), ddl_of(t)?, *key)))
+                .collect::<Result<Vec<_>, BuildError>>()?;
+            let query =
+                build_query_routed(&ddls, LOCAL_DATABASE, route, &plan.insert_columns, files)
+                    .map_err(build_err)?;
+            let output = local.run(&local_args(&data, &query))?;
+            let listings = split_listings(&String::from_utf8_lossy(&output));
+            let inserted = tables
+                .iter()
+                .map(|(t, _)| {
+                    let listing = listings.get(t).ok_or_else(|| {
+                        BuildError::Build(format!("clickhouse-local listed no parts of table {t}"))
+                    })?;
+                    inspect_parts(listing, None).map_err(build_err)
+                })
+                .collect::<Result<Vec<_>, BuildError>>()?;
+            (tables.iter().map(|(t, _)| t.clone()).collect(), inserted)
+        }
+    };
     let identity = identity
         .join()
         .map_err(|_| BuildError::Build("the version query panicked".into()))??;
     check_local(&local, spec, &identity)?;
     let engine = &spec.publish_snapshot.shape.engine;
     // Every engine: the inserts fold nothing (optimize_on_insert = 0), so the parts hold exactly
-    // the input's rows.
-    check_rows(rows, &inserted, engine)?;
+    // the input's rows (all tables together, when routed).
+    check_rows(rows, &inserted.concat(), engine)?;
 
     // A rewrite, if any, runs in a second session on the same data directory (and in the same
     // time zone). After it the rows may only have become fewer, and only by TTL: a merge of a
     // plain MergeTree and the TTL mutation fold no rows (merges of the other engines do, and are
     // refused in `build`).
     let now = now_unix_ms() / 1000;
-    let ttl_expired = inserted
-        .iter()
-        .map(|p| ttl_due(p, now))
-        .collect::<Result<Vec<bool>, _>>()
-        .map_err(build_err)?
-        .contains(&true);
-    let rewrite = if merge {
-        Some(Rewrite::Merge)
-    } else if ttl_expired {
-        Some(Rewrite::ApplyTtl)
-    } else {
-        None
-    };
-    let parts = match rewrite {
-        None => inserted,
-        Some(rewrite) => {
-            let query = rewrite_query(LOCAL_DATABASE, LOCAL_TABLE, rewrite);
-            let output = local.run(&local_args(&data, &query))?;
-            let mut parts = inspect(&output, Some(rewrite))?;
-            let before = rows_of(&inserted);
-            if rows_of(&parts) > before {
-                return Err(BuildError::RowMismatch {
-                    source_rows: before,
-                    part_rows: rows_of(&parts),
-                    engine: engine.clone(),
-                    stage: Some(match rewrite {
-                        Rewrite::Merge => "after OPTIMIZE FINAL",
-                        Rewrite::ApplyTtl => "after MATERIALIZE TTL",
-                    }),
-                });
+    let mut out = Vec::new();
+    for (table, inserted) in tables.iter().zip(inserted) {
+        let ttl_expired = inserted
+            .iter()
+            .map(|p| ttl_due(p, now))
+            .collect::<Result<Vec<bool>, _>>()
+            .map_err(build_err)?
+            .contains(&true);
+        let rewrite = if merge {
+            Some(Rewrite::Merge)
+        } else if ttl_expired {
+            Some(Rewrite::ApplyTtl)
+        } else {
+            None
+        };
+        let table_rows = rows_of(&inserted);
+        let parts = match rewrite {
+            None => inserted,
+            Some(rewrite) => {
+                let query = rewrite_query(LOCAL_DATABASE, table, rewrite);
+                let output = local.run(&local_args(&data, &query))?;
+                let mut parts = inspect(&output, Some(rewrite))?;
+                if rows_of(&parts) > table_rows {
+                    return Err(BuildError::RowMismatch {
+                        source_rows: table_rows,
+                        part_rows: rows_of(&parts),
+                        engine: engine.clone(),
+                        stage: Some(match rewrite {
+                            Rewrite::Merge => "after OPTIMIZE FINAL",
+                            Rewrite::ApplyTtl => "after MATERIALIZE TTL",
+                        }),
+                    });
+                }
+                // A part whose rows all expired has nothing to attach.
+                parts.retain(|p| p.rows > 0);
+                parts
             }
-            // A part whose rows all expired has nothing to attach.
-            parts.retain(|p| p.rows > 0);
-            parts
-        }
-    };
-    Ok(Built {
-        ttl_removed_rows: rows - rows_of(&parts),
-        parts,
-        source_rows: rows,
-        identity,
-    })
+        };
+        out.push(Built {
+            ttl_removed_rows: table_rows - rows_of(&parts),
+            parts,
+            source_rows: table_rows,
+            identity: identity.clone(),
+        });
+    }
+    Ok(out)
 }
 
 fn rows_of(parts: &[BuiltPart]) -> u64 {
@@ -502,12 +554,15 @@ fn parquet_sources(
 pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, BuildError> {
     let started = Instant::now();
     let spec = open_spec(env.loads, &req.load)?;
-    let destination = spec
-        .destination(&env.staging)
-        .map_err(|e| BuildError::Unsupported {
+    if let Some(of) = &spec.shard_of {
+        return Err(BuildError::Unsupported {
             load: req.load.clone(),
-            message: format!("publish table data path: {e}"),
-        })?;
+            message: format!(
+                "it is shard {} of the load {} into a Distributed table: build for {}, which routes the rows to every shard",
+                of.shard_num, of.parent, of.parent
+            ),
+        });
+    }
     let engine = &spec.publish_snapshot.shape.engine;
     if req.merge && engine != "MergeTree" {
         // OPTIMIZE FINAL folds rows in these engines (replaced versions, sums, collapsed
@@ -521,22 +576,45 @@ pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, Build
             ),
         });
     }
-    let mut publisher = Publisher::claim(env, &destination, &req.load, &req.attempt.id)?;
-    let result = build_claimed(env, &spec, req, &mut publisher, started);
+    if let Some(cluster) = &spec.cluster {
+        return build_cluster(env, &spec, cluster, req, started);
+    }
+    let destination = destination_of(env, &spec)?;
+    let connections = connect(env, &spec.host)?;
+    let mut publisher = Publisher::claim(
+        connections[0].as_ref(),
+        &destination,
+        &req.load,
+        &req.attempt.id,
+    )?;
+    let result = build_claimed(env, &spec, req, &mut publisher, &connections, started);
     if result.is_err() {
         publisher.undo();
     }
     result
 }
 
-/// [`build`] once the attempt's staging directory is this process's.
-fn build_claimed(
-    env: &BuildEnv<'_>,
-    spec: &LoadSpec,
-    req: BuildRequest,
-    publisher: &mut Publisher<'_>,
-    started: Instant,
-) -> Result<BuildReport, BuildError> {
+fn destination_of(env: &BuildEnv<'_>, spec: &LoadSpec) -> Result<Destination, BuildError> {
+    spec.destination(&env.staging)
+        .map_err(|e| BuildError::Unsupported {
+            load: spec.load.clone(),
+            message: format!("publish table data path: {e}"),
+        })
+}
+
+/// `env.connections` connections to `host`'s filesystem.
+fn connect(env: &BuildEnv<'_>, host: &str) -> Result<Vec<Arc<dyn RemoteFs>>, BuildError> {
+    env.reach
+        .connect(host, env.connections.max(1))
+        .map_err(remote(format!("connect to the filesystem of {host}")))
+}
+
+fn uploaders(connections: &[Arc<dyn RemoteFs>]) -> Vec<&dyn RemoteFs> {
+    connections.iter().map(|c| c.as_ref()).collect()
+}
+
+/// The attempt's private local work directory (after removing those of builds that are gone).
+fn work_dir(env: &BuildEnv<'_>, req: &BuildRequest) -> Result<WorkDir, BuildError> {
     std::fs::create_dir_all(&env.work_parent).map_err(|e| {
         BuildError::Build(format!(
             "cannot create the work dir parent {}: {e}",
@@ -545,9 +623,49 @@ fn build_claimed(
     })?;
     // Builds killed with SIGKILL could not remove theirs.
     WorkDir::sweep_stale(&env.work_parent);
-    let work = WorkDir::create(&env.work_parent, req.load.as_str(), req.attempt.id.as_str())
-        .map_err(build_err)?;
-    let built = run_clickhouse_local(env, spec, &work, req.input, req.merge)?;
+    WorkDir::create(&env.work_parent, req.load.as_str(), req.attempt.id.as_str()).map_err(build_err)
+}
+
+/// [`build`] once the attempt's staging directory is this process's.
+fn build_claimed(
+    env: &BuildEnv<'_>,
+    spec: &LoadSpec,
+    req: BuildRequest,
+    publisher: &mut Publisher<'_>,
+    connections: &[Arc<dyn RemoteFs>],
+    started: Instant,
+) -> Result<BuildReport, BuildError> {
+    let work = work_dir(env, &req)?;
+    let built = run_clickhouse_local(env, spec, &work, req.input, req.merge, None)?
+        .pop()
+        .expect("one table built");
+    log_built(&built, started);
+    let mut timings = BuildTimings {
+        build_secs: started.elapsed().as_secs_f64(),
+        ..Default::default()
+    };
+    let manifest = publish_built(
+        env,
+        spec,
+        publisher,
+        &uploaders(connections),
+        &req.attempt,
+        built,
+        &mut timings,
+    )?;
+    // The attempt is complete and published: a local leftover must not fail it (a later build
+    // sweeps work dirs whose process is gone).
+    if let Err(e) = work.close() {
+        tracing::warn!("{e}");
+    }
+    Ok(BuildReport {
+        line: manifest.to_json_line(),
+        manifests: vec![manifest],
+        timings,
+    })
+}
+
+fn log_built(built: &Built, started: Instant) {
     tracing::info!(
         "built {} part(s), {} rows from {} input rows ({} removed by the table's TTL) in {:.2}s",
         built.parts.len(),
@@ -556,11 +674,21 @@ fn build_claimed(
         built.ttl_removed_rows,
         started.elapsed().as_secs_f64()
     );
-    let mut timings = BuildTimings {
-        build_secs: started.elapsed().as_secs_f64(),
-        ..Default::default()
-    };
+}
 
+/// Ships the parts of `built` to the load's disks through `uploaders`, publishes them into
+/// `detached/` and writes the manifest (for `spec.load`, which is a shard's sub-load in a
+/// cluster build).
+fn publish_built(
+    env: &BuildEnv<'_>,
+    spec: &LoadSpec,
+    publisher: &mut Publisher<'_>,
+    uploaders: &[&dyn RemoteFs],
+    attempt: &Attempt,
+    built: Built,
+    timings: &mut BuildTimings,
+) -> Result<Manifest, BuildError> {
+    let load = &spec.load;
     let names = built
         .parts
         .iter()
@@ -568,8 +696,8 @@ fn build_claimed(
         .map(|(seq, part)| {
             let seq = u32::try_from(seq).map_err(build_err)?;
             Ok(detached_part_name(
-                &req.load,
-                &req.attempt.id,
+                load,
+                &attempt.id,
                 &part.partition_id,
                 seq,
             ))
@@ -578,7 +706,7 @@ fn build_claimed(
     // Each part goes to a disk of the load's destination, staged on that disk's filesystem.
     let disks: Vec<usize> = (0u32..)
         .zip(&names)
-        .map(|(seq, _)| publisher.disk_for(&req.load, &req.attempt.id, seq))
+        .map(|(seq, _)| publisher.disk_for(load, &attempt.id, seq))
         .collect();
     for &disk in &disks {
         publisher.claim_disk(disk)?;
@@ -588,7 +716,7 @@ fn build_claimed(
         .zip(&disks)
         .map(|(name, &disk)| publisher.stagings[disk].staging.part_dir(name))
         .collect();
-    let shipped = ship_parts(env, &built.parts, &names, &staged, &mut timings)?;
+    let shipped = ship_parts(uploaders, &built.parts, &names, &staged, timings)?;
     let entries: Vec<PartEntry> = (0u32..)
         .zip(built.parts.iter().zip(names).zip(shipped))
         .zip(&disks)
@@ -606,8 +734,8 @@ fn build_claimed(
 
     let home = &publisher.stagings[0];
     let manifest = Manifest {
-        load: req.load.clone(),
-        attempt: req.attempt.clone(),
+        load: load.clone(),
+        attempt: attempt.clone(),
         target: Target {
             database: spec.publish.database.clone(),
             table: spec.publish.table.clone(),
@@ -633,14 +761,164 @@ fn build_claimed(
         parts: entries,
     };
     manifest.validate().map_err(build_err)?;
-    publisher.publish(env, spec, &manifest, &mut timings)?;
-    // The attempt is complete and published: a local leftover must not fail it (a later build
-    // sweeps work dirs whose process is gone).
-    if let Err(e) = work.close() {
-        tracing::warn!("{e}");
-    }
+    publisher.publish(env, spec, &manifest, timings)?;
     timings.bytes = manifest.parts.iter().map(|p| p.bytes_on_disk).sum();
-    Ok(BuildReport { manifest, timings })
+    Ok(manifest)
+}
+
+/// [`build`] of a load into a Distributed table: the rows routed to the shards inside one
+/// clickhouse-local session, then each shard's parts shipped and published on its host, in
+/// parallel; one manifest per shard's sub-load, printed together as the cluster manifest.
+/// Every shard's staging is claimed before any work, and a failure on any shard undoes what
+/// this attempt published on every shard.
+fn build_cluster(
+    env: &BuildEnv<'_>,
+    spec: &LoadSpec,
+    cluster: &ClusterSpec,
+    req: BuildRequest,
+    started: Instant,
+) -> Result<BuildReport, BuildError> {
+    let on_shard = |shard: &ShardSpec, e: BuildError| BuildError::Shard {
+        shard_num: shard.shard_num,
+        host: shard.host.clone(),
+        source: Box::new(e),
+    };
+    if req.merge {
+        return Err(BuildError::Unsupported {
+            load: req.load.clone(),
+            message: "--merge is not supported for Distributed tables yet".into(),
+        });
+    }
+    let route = cluster
+        .routing()
+        .slot_sql()
+        .map_err(|e| BuildError::Unsupported {
+            load: req.load.clone(),
+            message: e.to_string(),
+        })?;
+    let mut subs = Vec::new();
+    for shard in &cluster.shards {
+        let sub = open_spec(env.loads, &shard.load).map_err(|e| on_shard(shard, e))?;
+        let destination = destination_of(env, &sub).map_err(|e| on_shard(shard, e))?;
+        let connections = connect(env, &shard.host).map_err(|e| on_shard(shard, e))?;
+        subs.push((shard, sub, destination, connections));
+    }
+    let mut publishers = Vec::new();
+    for (shard, sub, destination, connections) in &subs {
+        match Publisher::claim(
+            connections[0].as_ref(),
+            destination,
+            &sub.load,
+            &req.attempt.id,
+        ) {
+            Ok(p) => publishers.push(p),
+            Err(e) => {
+                publishers.iter_mut().for_each(Publisher::undo);
+                return Err(on_shard(shard, e));
+            }
+        }
+    }
+    let result = (|| {
+        let work = work_dir(env, &req)?;
+        let tables: Vec<(String, u32)> = cluster
+            .shards
+            .iter()
+            .map(|s| (format!("{LOCAL_TABLE}_{}", s.shard_num), s.shard_num))
+            .collect();
+        let reference = &subs[0].1;
+        let built = run_clickhouse_local(
+            env,
+            reference,
+            &work,
+            req.input,
+            false,
+            Some((&tables, &route)),
+        )?;
+        for (_, sub, _, _) in &subs {
+            check_local(&local_for(env, sub), sub, &built[0].identity)?;
+        }
+        tracing::info!(
+            "routed {} rows to {} shard(s) in {:.2}s: {}",
+            built.iter().map(|b| b.source_rows).sum::<u64>(),
+            built.len(),
+            started.elapsed().as_secs_f64(),
+            tables
+                .iter()
+                .zip(&built)
+                .map(|((_, n), b)| format!(
+                    "shard {n}: {} rows in {} part(s)",
+                    rows_of(&b.parts),
+                    b.parts.len()
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let build_secs = started.elapsed().as_secs_f64();
+        let results: Vec<Result<(Manifest, BuildTimings), BuildError>> =
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = publishers
+                    .iter_mut()
+                    .zip(built)
+                    .zip(&subs)
+                    .map(|((publisher, built), (shard, sub, _, connections))| {
+                        let attempt = &req.attempt;
+                        scope.spawn(move || {
+                            let mut timings = BuildTimings {
+                                build_secs,
+                                ..Default::default()
+                            };
+                            publish_built(
+                                env,
+                                sub,
+                                publisher,
+                                &uploaders(connections),
+                                attempt,
+                                built,
+                                &mut timings,
+                            )
+                            .map(|m| (m, timings))
+                            .map_err(|e| on_shard(shard, e))
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(join).collect()
+            });
+        let mut manifests = Vec::new();
+        let mut timings = BuildTimings {
+            build_secs,
+            ..Default::default()
+        };
+        for result in results {
+            let (manifest, t) = result?;
+            timings.digest_secs = timings.digest_secs.max(t.digest_secs);
+            timings.upload_secs = timings.upload_secs.max(t.upload_secs);
+            timings.publish_secs = timings.publish_secs.max(t.publish_secs);
+            timings.bytes += t.bytes;
+            manifests.push(manifest);
+        }
+        if let Err(e) = work.close() {
+            tracing::warn!("{e}");
+        }
+        let line = ClusterManifest {
+            load: spec.load.clone(),
+            shards: cluster
+                .shards
+                .iter()
+                .map(|s| s.shard_num)
+                .zip(manifests.iter().cloned())
+                .collect(),
+        }
+        .to_json_line();
+        Ok(BuildReport {
+            manifests,
+            line,
+            timings,
+        })
+    })();
+    if result.is_err() {
+        publishers.iter_mut().for_each(Publisher::undo);
+    }
+    result
 }
 
 /// Digests every part and uploads it into staging, as a pipeline: a part goes to the uploaders
@@ -648,7 +926,7 @@ fn build_claimed(
 /// transfer, and a backend that moves instead of copying (the local one) never takes a part
 /// before it was digested. Part `i` goes to `staged[i]`. Returns each part's files, in order.
 fn ship_parts(
-    env: &BuildEnv<'_>,
+    uploaders: &[&dyn RemoteFs],
     parts: &[BuiltPart],
     names: &[PartName],
     staged: &[RemotePath],
@@ -672,8 +950,7 @@ fn ship_parts(
             drop(tx);
             Ok::<_, BuildError>((out, t.elapsed().as_secs_f64()))
         });
-        let uploaders: Vec<_> = env
-            .uploaders
+        let uploaders: Vec<_> = uploaders
             .iter()
             .map(|fs| {
                 let (rx, failed) = (&rx, &failed);
@@ -741,13 +1018,13 @@ impl<'a> Publisher<'a> {
     /// Claims the home disk's `<staging>/<load>/<attempt>/` by creating it exclusively, and
     /// its `parts/`.
     fn claim(
-        env: &BuildEnv<'a>,
+        fs: &'a dyn RemoteFs,
         destination: &Destination,
         load: &LoadId,
         attempt: &AttemptId,
     ) -> Result<Publisher<'a>, BuildError> {
         let mut publisher = Publisher {
-            fs: env.fs,
+            fs,
             stagings: destination
                 .disks
                 .iter()
@@ -855,8 +1132,11 @@ impl<'a> Publisher<'a> {
             .map_err(remote(format!("write {intent_path}")))?;
         }
 
-        // Fence: nothing enters detached/ once the load is finished.
+        // Fence: nothing enters detached/ once the load (or its cluster load) is finished.
         let _ = open_spec(env.loads, &spec.load)?;
+        if let Some(of) = &spec.shard_of {
+            let _ = open_spec(env.loads, &of.parent)?;
+        }
 
         for (slot, data_path, parts) in &per_disk {
             if let Some(first) = parts.first() {

@@ -13,7 +13,8 @@
 //! late writer that renames a part meanwhile is caught by the second read or, finding its staging
 //! gone, fails and removes its own part.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 use chpart_core::commit::Visibility;
 use chpart_core::{DetachedEntry, DiskPlace, LoadId, PartName, RemotePath, StagingLayout};
@@ -21,6 +22,7 @@ use chpart_remote::{RemoteError, RemoteFs};
 use chpart_server::{quote_table, Server, ServerError};
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::Reach;
 use crate::ledger::{kind, replay, Decision, LoadSpec, LoadState, LoadView};
 use crate::observe::{reclaim, ClaimCheck};
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
@@ -60,6 +62,16 @@ pub enum CleanupError {
     /// Abort while a commit has made (or may have made) rows visible.
     #[error("load {0} has a commit in progress that may already have made rows visible; run `chpart commit` again to finish it (if it cannot finish, `chpart abort --force` ends the load: rows it already made visible stay)")]
     CommitInProgress(LoadId),
+    /// A shard's sub-load of a cluster load, which is ended through its cluster load.
+    #[error("load {load} is shard {shard_num} of cluster load {parent}: abort {parent} instead")]
+    ShardOfCluster {
+        /// The sub-load.
+        load: LoadId,
+        /// Its shard.
+        shard_num: u32,
+        /// The cluster load.
+        parent: LoadId,
+    },
     /// The ledger failed.
     #[error(transparent)]
     Ledger(#[from] LedgerStoreError),
@@ -219,6 +231,11 @@ pub async fn clean_finished_load(
     spec: &LoadSpec,
     dry_run: bool,
 ) -> Result<Vec<Removal>, CleanupError> {
+    if spec.cluster.is_some() {
+        // A cluster load's tables and files are its shards' sub-loads'; they are cleaned each
+        // on its own shard.
+        return Ok(Vec::new());
+    }
     let mut removed = Vec::new();
     let disks = disks_of(spec, staging)?;
     let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
@@ -414,11 +431,12 @@ async fn drop_listed_parts(
 /// detached/, its shadow table and its staging.
 pub async fn abort(
     ledger: &Ledger,
+    reach: &dyn Reach,
     fs: &dyn RemoteFs,
     staging: &StagingLayout,
     load: &LoadId,
 ) -> Result<Vec<Removal>, CleanupError> {
-    abort_with(ledger, fs, staging, load, false).await
+    abort_with(ledger, reach, fs, staging, load, false).await
 }
 
 /// [`abort`], or with `force` also a load a commit claimed (`abort --force`: for a commit
@@ -427,6 +445,36 @@ pub async fn abort(
 /// a commit still running must be stopped first. A committed load is never aborted.
 pub async fn abort_with(
     ledger: &Ledger,
+    reach: &dyn Reach,
+    fs: &dyn RemoteFs,
+    staging: &StagingLayout,
+    load: &LoadId,
+    force: bool,
+) -> Result<Vec<Removal>, CleanupError> {
+    let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+    match view.spec.as_ref() {
+        Some(spec) if spec.cluster.is_some() => {
+            let per_shard = crate::cluster::abort_cluster(ledger, reach, spec, force).await?;
+            return Ok(per_shard.into_iter().flat_map(|(_, r)| r).collect());
+        }
+        Some(LoadSpec {
+            shard_of: Some(of), ..
+        }) => {
+            return Err(CleanupError::ShardOfCluster {
+                load: load.clone(),
+                shard_num: of.shard_num,
+                parent: of.parent.clone(),
+            })
+        }
+        _ => {}
+    }
+    abort_on(ledger, ledger.server(), fs, staging, load, force).await
+}
+
+/// [`abort_with`] of a load whose tables are on `server` (the ledger's, or a shard's).
+pub async fn abort_on(
+    ledger: &Ledger,
+    server: &Server,
     fs: &dyn RemoteFs,
     staging: &StagingLayout,
     load: &LoadId,
@@ -474,7 +522,7 @@ pub async fn abort_with(
             view
         };
     match &view.spec {
-        Some(spec) => clean_finished_load(ledger.server(), fs, staging, spec, false).await,
+        Some(spec) => clean_finished_load(server, fs, staging, spec, false).await,
         None => Ok(Vec::new()),
     }
 }
@@ -496,6 +544,78 @@ fn commit_made_rows_visible(view: &LoadView) -> Result<bool, CleanupError> {
         }
         None => false,
     })
+}
+
+/// Where a load's tables and files are, for status and gc: the ledger's server and the
+/// configured filesystem, or for a shard's sub-load that shard's server and host (one
+/// connection per host, opened when first needed).
+struct Places<'a> {
+    ledger: &'a Ledger,
+    reach: &'a dyn Reach,
+    fs: &'a dyn RemoteFs,
+    staging: &'a StagingLayout,
+    hosts: Mutex<BTreeMap<String, Arc<dyn RemoteFs>>>,
+}
+
+/// A filesystem [`Places`] hands out.
+enum FsOf<'a> {
+    Configured(&'a dyn RemoteFs),
+    Host(Arc<dyn RemoteFs>),
+}
+
+impl FsOf<'_> {
+    fn get(&self) -> &dyn RemoteFs {
+        match self {
+            FsOf::Configured(fs) => *fs,
+            FsOf::Host(fs) => fs.as_ref(),
+        }
+    }
+}
+
+impl<'a> Places<'a> {
+    fn new(
+        ledger: &'a Ledger,
+        reach: &'a dyn Reach,
+        fs: &'a dyn RemoteFs,
+        staging: &'a StagingLayout,
+    ) -> Places<'a> {
+        Places {
+            ledger,
+            reach,
+            fs,
+            staging,
+            hosts: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The server, filesystem and configured staging root of `spec`'s tables.
+    fn of(&self, spec: &LoadSpec) -> Result<(Server, FsOf<'a>, StagingLayout), CleanupError> {
+        let Some(of) = &spec.shard_of else {
+            return Ok((
+                self.ledger.server().clone(),
+                FsOf::Configured(self.fs),
+                self.staging.clone(),
+            ));
+        };
+        let host = &spec.host;
+        let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        let fs = match hosts.get(host) {
+            Some(fs) => fs.clone(),
+            None => {
+                let fs = tokio::task::block_in_place(|| self.reach.connect(host, 1))
+                    .map_err(remote(format!(
+                        "connect to shard {} ({host}) of load {}",
+                        of.shard_num, of.parent
+                    )))?
+                    .remove(0);
+                hosts.insert(host.clone(), fs.clone());
+                fs
+            }
+        };
+        let staging = StagingLayout::new(self.reach.staging(host).single.as_str())
+            .expect("a RemotePath is a valid staging root");
+        Ok((self.reach.server(&of.url), FsOf::Host(fs), staging))
+    }
 }
 
 /// One load as `status` shows it.
@@ -533,6 +653,22 @@ pub struct LoadStatus {
     pub attempts: Vec<AttemptStatus>,
     /// What gc would still remove.
     pub gc_pending: Vec<Removal>,
+    /// For a load into a Distributed table: each shard's sub-load and its state.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardStatus>,
+}
+
+/// One shard of a cluster load as `status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardStatus {
+    /// The shard's number.
+    pub shard_num: u32,
+    /// Its host.
+    pub host: String,
+    /// Its sub-load (shown on its own too).
+    pub load: String,
+    /// The sub-load's state.
+    pub state: String,
 }
 
 /// One attempt as `status` shows it.
@@ -551,10 +687,12 @@ pub struct AttemptStatus {
 /// The status of every load in the ledger (or of one).
 pub async fn status(
     ledger: &Ledger,
+    reach: &dyn Reach,
     fs: &dyn RemoteFs,
     staging: &StagingLayout,
     only: Option<&LoadId>,
 ) -> Result<Vec<LoadStatus>, CleanupError> {
+    let places = Places::new(ledger, reach, fs, staging);
     let mut out = Vec::new();
     for (load_id, entries) in ledger.all_entries().await? {
         if only.is_some_and(|l| l.as_str() != load_id) {
@@ -564,15 +702,13 @@ pub async fn status(
         let Ok(load) = load_id.parse::<LoadId>() else {
             continue;
         };
-        out.push(load_status(ledger, fs, staging, &load, &view).await?);
+        out.push(load_status(&places, &load, &view).await?);
     }
     Ok(out)
 }
 
 async fn load_status(
-    ledger: &Ledger,
-    fs: &dyn RemoteFs,
-    staging: &StagingLayout,
+    places: &Places<'_>,
     load: &LoadId,
     view: &LoadView,
 ) -> Result<LoadStatus, CleanupError> {
@@ -592,11 +728,13 @@ async fn load_status(
         .map(|p| p.winners.iter().map(|(n, a)| (*n, a.to_string())).collect())
         .unwrap_or_default();
     let staged = match &view.spec {
+        Some(spec) if spec.cluster.is_some() => Vec::new(), // its shards' sub-loads have them
         Some(spec) => {
-            let disks = disks_of(spec, staging)?;
-            tokio::task::block_in_place(|| staged_attempts_on_disks(fs, &disks, load))?
+            let (_, fs, staging) = places.of(spec)?;
+            let disks = disks_of(spec, &staging)?;
+            tokio::task::block_in_place(|| staged_attempts_on_disks(fs.get(), &disks, load))?
         }
-        None => tokio::task::block_in_place(|| staged_attempts(fs, staging, load))?,
+        None => tokio::task::block_in_place(|| staged_attempts(places.fs, places.staging, load))?,
     };
     let attempts = staged
         .iter()
@@ -610,9 +748,23 @@ async fn load_status(
         .collect();
     let gc_pending = match (&view.state, &view.spec) {
         (LoadState::Committed | LoadState::Aborted, Some(spec)) => {
-            clean_finished_load(ledger.server(), fs, staging, spec, true).await?
+            let (server, fs, staging) = places.of(spec)?;
+            clean_finished_load(&server, fs.get(), &staging, spec, true).await?
         }
         _ => Vec::new(),
+    };
+    let shards = match view.spec.as_ref().and_then(|s| s.cluster.as_ref()) {
+        Some(cluster) => crate::cluster::shard_specs(places.ledger, cluster)
+            .await?
+            .into_iter()
+            .map(|(shard, _, state)| ShardStatus {
+                shard_num: shard.shard_num,
+                host: shard.host,
+                load: shard.load.to_string(),
+                state: state.as_str().to_owned(),
+            })
+            .collect(),
+        None => Vec::new(),
     };
     let spec = view.spec.as_ref();
     Ok(LoadStatus {
@@ -637,6 +789,7 @@ async fn load_status(
         winners,
         attempts,
         gc_pending,
+        shards,
     })
 }
 
@@ -655,12 +808,14 @@ pub struct GcReport {
 /// more than `older_than_ms` ago. Never touches anything of an open load.
 pub async fn gc(
     ledger: &Ledger,
+    reach: &dyn Reach,
     fs: &dyn RemoteFs,
     staging: &StagingLayout,
     older_than_ms: Option<u64>,
     abort_stale: bool,
     dry_run: bool,
 ) -> Result<GcReport, CleanupError> {
+    let places = Places::new(ledger, reach, fs, staging);
     let mut report = GcReport {
         removed: Vec::new(),
         stale_open: Vec::new(),
@@ -674,18 +829,21 @@ pub async fn gc(
         };
         match view.state {
             LoadState::Committed | LoadState::Aborted => {
+                let (server, fs, staging) = places.of(&spec)?;
                 let removed =
-                    clean_finished_load(ledger.server(), fs, staging, &spec, dry_run).await?;
+                    clean_finished_load(&server, fs.get(), &staging, &spec, dry_run).await?;
                 if !removed.is_empty() {
                     report.removed.push((load_id, removed));
                 }
             }
+            // A shard's sub-load ends with its cluster load, which the branch below aborts.
+            LoadState::Open if spec.shard_of.is_some() => {}
             LoadState::Open => {
                 if older_than_ms.is_some_and(|age| now.saturating_sub(spec.opened_at_unix_ms) > age)
                 {
                     report.stale_open.push(load_id.clone());
                     if abort_stale && !dry_run && !commit_made_rows_visible(&view)? {
-                        match abort(ledger, fs, staging, &spec.load).await {
+                        match abort(ledger, reach, fs, staging, &spec.load).await {
                             Ok(removed) => {
                                 report.aborted.push(load_id.clone());
                                 report.removed.push((load_id, removed));

@@ -64,12 +64,18 @@ pub struct CommitRequest {
     pub allow_missing: bool,
     /// If given, must equal the load's visibility (chosen at `begin`).
     pub visibility: Option<Visibility>,
+    /// Stop once the plan is recorded, before the load is claimed and anything is attached:
+    /// the first phase of a cluster commit, which makes nothing visible on any shard until
+    /// every shard's winners are checked and planned.
+    pub prepare_only: bool,
 }
 
 /// What `commit` works with.
 pub struct CommitEnv<'a> {
-    /// The ledger (and through it the server).
+    /// The ledger.
     pub ledger: &'a Ledger,
+    /// The server of the load's tables (the ledger's, or a shard's for a shard's sub-load).
+    pub server: &'a chpart_server::Server,
     /// The server's filesystem (for verification).
     pub fs: &'a dyn RemoteFs,
     /// The configured staging root.
@@ -114,6 +120,52 @@ pub struct CommitOutcome {
 /// the plan is recorded is resumed by running `commit` again.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
+    /// A shard of a cluster load failed; nothing of a later phase ran on any shard.
+    #[error("shard {shard_num} ({host}): {source}")]
+    Shard {
+        /// The shard's number.
+        shard_num: u32,
+        /// Its host.
+        host: String,
+        /// What went wrong there.
+        source: Box<CommitError>,
+    },
+    /// A host's filesystem could not be reached.
+    #[error("cannot reach the filesystem of {host}: {source}")]
+    Unreachable {
+        /// The host.
+        host: String,
+        /// Why.
+        source: Box<chpart_remote::RemoteError>,
+    },
+    /// The winners of a cluster load are not valid cluster manifests of it.
+    #[error("load {load}: the winners cannot be committed:\n  {}", problems.join("\n  "))]
+    ClusterWinners {
+        /// The load.
+        load: LoadId,
+        /// Every problem, by line.
+        problems: Vec<String>,
+    },
+    /// Another commit of the cluster load recorded other winners first.
+    #[error("load {load}: a commit with other winners recorded its plan first (recorded: {recorded}; given: {given}); re-run with the recorded winners, or without --winners to finish it")]
+    ClusterPlanConflict {
+        /// The load.
+        load: LoadId,
+        /// The recorded winners.
+        recorded: String,
+        /// The given winners.
+        given: String,
+    },
+    /// A shard's sub-load, which is committed through its cluster load.
+    #[error("load {load} is shard {shard_num} of cluster load {parent}: commit {parent} instead")]
+    ShardOfCluster {
+        /// The sub-load.
+        load: LoadId,
+        /// Its shard.
+        shard_num: u32,
+        /// The cluster load.
+        parent: LoadId,
+    },
     /// The load was never begun.
     #[error("load {0} was never begun")]
     NotBegun(LoadId),
@@ -295,6 +347,7 @@ impl CommitError {
             CommitError::VisibilityMismatch { .. }
             | CommitError::VerifyNeedsShadow { .. }
             | CommitError::NoPlan { .. }
+            | CommitError::ShardOfCluster { .. }
             | CommitError::PlanWithoutManifests { .. } => FailureKind::Usage,
             CommitError::Server(e) => crate::server_failure(e),
             CommitError::Ledger(e) => e.kind(),
@@ -302,6 +355,10 @@ impl CommitError {
                 FailureKind::Retryable
             }
             CommitError::Reclaim { source, .. } if source.is_transient() => FailureKind::Retryable,
+            CommitError::Shard { source, .. } => source.kind(),
+            CommitError::Unreachable { source, .. } if source.is_transient() => {
+                FailureKind::Retryable
+            }
             _ => FailureKind::Permanent,
         }
     }
@@ -344,7 +401,7 @@ async fn check_tables(
         .iter()
         .map(|(t, _)| (t.database.as_str(), t.table.as_str()))
         .collect();
-    let checks = env.ledger.server().check_tables(&names).await?;
+    let checks = env.server.check_tables(&names).await?;
     for ((table, snapshot), check) in tables.iter().zip(checks) {
         let changed = |now: String| CommitError::TableChanged {
             load: load.clone(),
@@ -531,6 +588,15 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
         }
     };
 
+    if req.prepare_only {
+        return Ok(CommitOutcome {
+            summary: summary_of(&spec, &plan),
+            already_committed: false,
+            attached_now: 0,
+            seconds: started.elapsed().as_secs_f64(),
+        });
+    }
+
     // Nothing becomes visible before this commit has won the load's decision: with part
     // visibility the first ATTACH is visible, with partition visibility the first MOVE.
     let mut decided = view.decision == Some(Decision::Commit);
@@ -541,7 +607,7 @@ pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOut
 
     if spec.publish != spec.target {
         // Again on every run: a server restart since `begin` lets the shadow merge.
-        crate::begin::stop_merges(env.ledger.server(), &spec.publish).await?;
+        crate::begin::stop_merges(env.server, &spec.publish).await?;
     }
     let mut attached_now = 0;
     // The shadow as reconcile observed it, for the first publish round.
@@ -629,7 +695,7 @@ async fn verify_waiting_parts(
     progress: &CommitProgress,
     verify: Verify,
 ) -> Result<(), CommitError> {
-    let observed = table_parts(env.ledger.server(), &spec.publish).await?;
+    let observed = table_parts(env.server, &spec.publish).await?;
     let mut fresh: Option<CommitProgress> = None;
     for manifest in winners.manifests().values() {
         for part in &manifest.parts {
@@ -684,7 +750,7 @@ async fn attach_parts(
     progress: &mut CommitProgress,
     data_paths: &HashMap<PartName, RemotePath>,
 ) -> Result<usize, CommitError> {
-    let server = env.ledger.server();
+    let server = env.server;
     let mut attached = 0;
     // Parts whose ATTACH failed in the previous round, with the error: decided from this
     // round's observation (see `after_failed_attach`).
@@ -895,7 +961,7 @@ async fn reconcile_attached(
     plan: &CommitPlan,
     verify: Verify,
 ) -> Result<(CommitProgress, TableParts), CommitError> {
-    let observed = table_parts(env.ledger.server(), &spec.publish).await?;
+    let observed = table_parts(env.server, &spec.publish).await?;
     let progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)?;
     if plan
         .parts
@@ -974,7 +1040,7 @@ async fn reconcile_attached(
             if verify == Verify::Server && !pending.partitions.is_empty() {
                 // ... and every file of every part matches its `checksums.txt`.
                 let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
-                let checks = env.ledger.server().check_parts(db, table).await?;
+                let checks = env.server.check_parts(db, table).await?;
                 if let Some(bad) = checks.iter().find(|c| !c.is_passed) {
                     return Err(corrupt(format!(
                         "the server's CHECK TABLE fails part {}: {}",
@@ -1080,7 +1146,7 @@ async fn publish_partitions(
     progress: &mut CommitProgress,
     mut observed: Option<TableParts>,
 ) -> Result<Vec<CommitEntry>, CommitError> {
-    let server = env.ledger.server();
+    let server = env.server;
     let shadow = quote_table(spec.publish.database.as_str(), spec.publish.table.as_str());
     let target = quote_table(spec.target.database.as_str(), spec.target.table.as_str());
     for round in 0..MAX_ROUNDS {

@@ -70,6 +70,13 @@ pub struct LoadSpec {
     /// them: those publish to the one data path under the configured staging root.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub publish_disks: Vec<DiskPlace>,
+    /// For a load into a `Distributed` table: its cluster, routing and one sub-load per shard
+    /// (see `crate::cluster`). `None` for a load into one table on one server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::cluster::ClusterSpec>,
+    /// For a shard's sub-load of a cluster load: the load and shard it belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_of: Option<crate::cluster::ShardOf>,
     /// When the load began (ms since the Unix epoch).
     pub opened_at_unix_ms: u64,
 }
@@ -134,6 +141,9 @@ pub mod kind {
     pub const LOAD_ABORTED: &str = "load_aborted";
     /// `commit` recorded its plan; body: `chpart_core::commit::CommitPlan`.
     pub const COMMIT_PLANNED: &str = "commit_planned";
+    /// The commit of a cluster load recorded its plan (the winners' manifests of every shard);
+    /// body: `crate::cluster::ClusterPlan`.
+    pub const CLUSTER_PLANNED: &str = "cluster_planned";
     /// `commit` is about to ATTACH a part.
     pub const ATTACH_INTENT: &str = "attach_intent";
     /// A part is attached.
@@ -167,6 +177,8 @@ pub mod entry {
     pub const ABORT: &str = "abort";
     /// `abort --force` ended a load a commit had claimed (kind `load_abandoned`).
     pub const ABANDON: &str = "abandon";
+    /// The plan of a cluster load (kind `cluster_planned`), written once per load.
+    pub const CLUSTER_PLAN: &str = "cluster-plan";
 }
 
 /// Entry id of the decision.
@@ -176,6 +188,7 @@ pub const DECISION_ENTRY: &str = entry::DECISION;
 /// for those steps instead of refusing them as unknown.
 pub const KNOWN_KINDS: &[&str] = &[
     kind::COMMIT_PLANNED,
+    kind::CLUSTER_PLANNED,
     kind::ATTACH_INTENT,
     kind::PART_ATTACHED,
     kind::PUBLISH_INTENT,

@@ -13,12 +13,14 @@
 //! - [`snapshot`]: what `begin` records about the target table.
 //! - [`begin`]: opening a load.
 //! - [`build`]: one task attempt, from rows to published parts and a manifest.
+//! - [`cluster`]: loads into a Distributed table: a sub-load per shard, routing, commit across shards.
 
 #![warn(missing_docs)]
 
 pub mod begin;
 pub mod build;
 pub mod cleanup;
+pub mod cluster;
 pub mod commit;
 pub mod ledger;
 pub mod observe;
@@ -58,6 +60,8 @@ impl begin::BeginError {
     pub fn kind(&self) -> FailureKind {
         match self {
             begin::BeginError::NotOpen { .. } => FailureKind::Fenced,
+            begin::BeginError::Shard { source, .. } => source.kind(),
+            begin::BeginError::ShardUnreachable { .. } => FailureKind::Retryable,
             begin::BeginError::Server(e) => server_failure(e),
             begin::BeginError::Ledger(e) => e.kind(),
             _ => FailureKind::Permanent,

@@ -127,6 +127,8 @@ pub(crate) mod tests {
                     .unwrap(),
                 staging_root: "/var/lib/clickhouse/chpart-staging".parse().unwrap(),
             }],
+            cluster: None,
+            shard_of: None,
             opened_at_unix_ms: 1,
         }
     }

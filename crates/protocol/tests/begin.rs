@@ -21,6 +21,7 @@ fn request(db: &TestDb, load: &str, mode: Mode, visibility: Visibility) -> Begin
             single: "/var/lib/clickhouse/chpart-staging".parse().unwrap(),
             per_disk: Vec::new(),
         },
+        shard_of: None,
     }
 }
 

@@ -125,6 +125,7 @@ fn late_writer_is_never_left_in_detached(moment: Moment) {
             single: staging.root().clone(),
             per_disk: Vec::new(),
         },
+        shard_of: None,
     };
     let spec = match rt.block_on(begin(&ledger, &req)).unwrap() {
         BeginOutcome::Opened(spec) => spec,

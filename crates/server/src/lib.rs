@@ -109,6 +109,33 @@ pub struct VolumeRow {
     pub disks: Vec<String>,
 }
 
+/// One replica of a cluster (`system.clusters`).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct ClusterReplica {
+    /// The shard's number (1-based, config order).
+    pub shard_num: u32,
+    /// The shard's weight.
+    pub shard_weight: u32,
+    /// The replica's number within its shard.
+    pub replica_num: u32,
+    /// The host as the cluster config names it.
+    pub host_name: String,
+    /// Its native TCP port.
+    pub port: u16,
+}
+
+/// What a server of a cluster says of itself, asked through the cluster
+/// ([`Server::cluster_http_ports`]).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct ReplicaPorts {
+    /// `shardNum()`.
+    pub shard_num: u32,
+    /// `tcpPort()`: with the shard, identifies the replica.
+    pub tcp_port: u16,
+    /// `getServerPort('http_port')`.
+    pub http_port: u16,
+}
+
 /// One column of a table (`system.columns`), in table order.
 #[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
 pub struct ColumnInfo {
@@ -373,6 +400,52 @@ impl Server {
             format!("{TABLE_INFO_SELECT} WHERE database = {{db:String}} AND name = {{t:String}}");
         let mut rows: Vec<TableInfo> = self.fetch(&sql, &[("db", database), ("t", table)]).await?;
         Ok(rows.pop())
+    }
+
+    /// The replicas of `cluster` in config order (`system.clusters`); empty if the server
+    /// knows no such cluster.
+    pub async fn cluster_replicas(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<ClusterReplica>, ServerError> {
+        let sql =
+            "SELECT shard_num, shard_weight, replica_num, host_name, port FROM system.clusters \
+                   WHERE cluster = {c:String} ORDER BY shard_num, replica_num";
+        self.fetch(sql, &[("c", cluster)]).await
+    }
+
+    /// Every replica of `cluster` that answers, asked through the cluster itself
+    /// (`clusterAllReplicas`, skipping replicas that do not answer): its shard, TCP and HTTP
+    /// ports.
+    pub async fn cluster_http_ports(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<ReplicaPorts>, ServerError> {
+        let sql = format!(
+            "SELECT shardNum() AS shard_num, toUInt16(tcpPort()) AS tcp_port, \
+             toUInt16(getServerPort('http_port')) AS http_port \
+             FROM clusterAllReplicas({}, system.one) \
+             SETTINGS skip_unavailable_shards = 1, connect_timeout_with_failover_ms = 1000, \
+             connections_with_failover_max_tries = 1",
+            quote_str(cluster)
+        );
+        self.fetch(&sql, &[]).await
+    }
+
+    /// The type ClickHouse gives `expression` over the columns of `database.table`
+    /// (`toTypeName`), e.g. a Distributed table's sharding key over its local table.
+    pub async fn type_of(
+        &self,
+        expression: &str,
+        database: &str,
+        table: &str,
+    ) -> Result<String, ServerError> {
+        let sql = format!(
+            "SELECT toTypeName(any(k)) FROM (SELECT ({expression}) AS k FROM {} LIMIT 0)",
+            quote_table(database, table)
+        );
+        self.run(&sql, self.client.query_raw(&sql).fetch_one::<String>())
+            .await
     }
 
     /// The server's disks (`system.disks`).

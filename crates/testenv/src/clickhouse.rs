@@ -292,6 +292,18 @@ impl ClickHouse {
         server
     }
 
+    /// Stops the server if it runs and starts it again on the same data with the same options,
+    /// in place (for a server inside another value, e.g. a cluster's node, whose fixed ports
+    /// keep it the same host for the others).
+    pub fn start_again(&mut self) {
+        self.stop();
+        let scratch = self._scratch.take();
+        let mut server =
+            ClickHouse::start_in_with(&self.data_dir, &self.run_dir, self.options.clone());
+        server._scratch = scratch;
+        *self = server;
+    }
+
     /// The server process's CPU time so far (user + system), from /proc.
     pub fn cpu_seconds(&self) -> Option<f64> {
         let pid = self.child.as_ref()?.id();

@@ -1,0 +1,885 @@
+//! Loads into a `Distributed` table: the rows of each attempt routed to the shards exactly as
+//! ClickHouse routes them, and one exactly-once load per shard.
+//!
+//! ```text
+//!  begin db.dist ─► engine_full: cluster c, local table db.local, sharding key
+//!     ─► system.clusters (shards, weights, hosts) ─► each shard's HTTP port (clusterAllReplicas)
+//!     ─► every shard's db.local: same fingerprint, time zone; key type ─► one sub-load per shard
+//!        (`<load>.shard<N>`: an ordinary load of db.local on that shard, its own shadow, disks,
+//!        staging) ─► the cluster load's spec (routing, shards) last
+//!  build ─► rows routed inside clickhouse-local (`Routing::slot_sql`) into one table per shard
+//!     ─► per shard, in parallel: stage on that shard's host, publish into its detached/,
+//!        one manifest per shard ─► one line: the attempt's cluster manifest
+//!  commit ─► the cluster plan (every shard's winners, kept once by the server)
+//!     ─► prepare every shard (check winners, tables, parts; record its plan): nothing visible
+//!     ─► claim the cluster load ─► commit every shard's sub-load in parallel ─► commit entry
+//! ```
+//!
+//! Each shard's sub-load is committed by the single-table protocol ([`crate::commit`]), so
+//! everything it guarantees holds per shard: exactly once, resumable after a crash at any step,
+//! partition visibility per shard. ClickHouse has no transaction across shards, so a reader of
+//! the Distributed table may see a partition on one shard before another (see the README); what
+//! this module adds is that nothing becomes visible on any shard until every shard's winners
+//! were checked and planned, that all shards commit one set of winners (the cluster plan, kept
+//! once per load by the server), and that abort and gc reach every shard.
+//!
+//! Routing happens where the rows are built, so a non-deterministic key (`rand()`) is fine:
+//! each attempt routes its rows once, and only the winning attempt's routing becomes visible.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chpart_core::routing::{DistributedEngine, Routing, RoutingError, ShardWeight, ShardingKey};
+use chpart_core::{AttemptId, IdError, LoadId, Manifest, StagingRoots, TableRef};
+use chpart_remote::{RemoteError, RemoteFs};
+use chpart_server::{Server, TableInfo};
+use futures_util::future::join_all;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::begin::{begin_on, BeginError, BeginOutcome, BeginRequest, OPEN_ENTRY};
+use crate::commit::{commit, CommitEnv, CommitError, CommitOutcome, CommitRequest, CommitSummary};
+use crate::ledger::{entry, kind, Decision, LoadSpec, LoadState, Mode};
+use crate::snapshot::TableSnapshot;
+use crate::store::{now_unix_ms, Ledger};
+
+/// What `begin` records about the cluster of a load into a Distributed table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// The cluster's name (`Distributed(cluster, ...)`).
+    pub cluster: String,
+    /// The shards' local table.
+    pub local: TableRef,
+    /// The sharding key, verbatim SQL over the local table's columns (`None`: no key; then
+    /// the cluster has one shard).
+    pub sharding_key: Option<String>,
+    /// The key's result type as the server computes it (`toTypeName`).
+    pub key_type: Option<String>,
+    /// The shards in config order.
+    pub shards: Vec<ShardSpec>,
+}
+
+/// One shard of a cluster load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardSpec {
+    /// `system.clusters.shard_num`.
+    pub shard_num: u32,
+    /// Its weight.
+    pub weight: u32,
+    /// Its host as the cluster names it.
+    pub host: String,
+    /// The HTTP endpoint `begin` reached it at.
+    pub url: String,
+    /// The shard's sub-load: an ordinary load of the local table on this shard.
+    pub load: LoadId,
+}
+
+/// On a shard's sub-load: the cluster load and the shard it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardOf {
+    /// The cluster load.
+    pub parent: LoadId,
+    /// The shard.
+    pub shard_num: u32,
+    /// The shard's HTTP endpoint.
+    pub url: String,
+}
+
+impl ClusterSpec {
+    /// What decides each row's shard.
+    pub fn routing(&self) -> Routing {
+        Routing {
+            key: self
+                .sharding_key
+                .as_ref()
+                .zip(self.key_type.as_ref())
+                .map(|(sql, type_name)| ShardingKey {
+                    sql: sql.clone(),
+                    type_name: type_name.clone(),
+                }),
+            shards: self
+                .shards
+                .iter()
+                .map(|s| ShardWeight {
+                    shard_num: s.shard_num,
+                    weight: s.weight,
+                })
+                .collect(),
+        }
+    }
+
+    /// The shard `shard_num`.
+    pub fn shard(&self, shard_num: u32) -> Option<&ShardSpec> {
+        self.shards.iter().find(|s| s.shard_num == shard_num)
+    }
+}
+
+/// The id of shard `shard_num`'s sub-load of `load`: `<load>.shard<N>`.
+pub fn shard_load(load: &LoadId, shard_num: u32) -> Result<LoadId, IdError> {
+    format!("{load}.shard{shard_num}").parse()
+}
+
+/// How chpart reaches the hosts of a cluster: each shard's server and filesystem. The CLI
+/// builds one from the config (`[[hosts]]` overrides, `[ssh]` and `[staging]` defaults).
+///
+/// Guarantee: `connect` returns connections to `host`'s filesystem only (never another host's:
+/// staging and detached/ paths are only meaningful there), with the host key verified.
+pub trait Reach: Send + Sync {
+    /// A client for the server at `url`.
+    fn server(&self, url: &str) -> Server;
+    /// `connections` (at least one) connections to `host`'s filesystem.
+    fn connect(
+        &self,
+        host: &str,
+        connections: usize,
+    ) -> Result<Vec<Arc<dyn RemoteFs>>, RemoteError>;
+    /// Where `host` stages parts.
+    fn staging(&self, host: &str) -> StagingRoots;
+    /// `host`'s HTTP endpoint when configured (else `begin` asks the cluster).
+    fn url(&self, host: &str) -> Option<String>;
+}
+
+fn refuse(table: &TableRef, message: impl Into<String>) -> BeginError {
+    BeginError::Unsupported {
+        table: table.clone(),
+        message: message.into(),
+    }
+}
+
+fn shard_error(shard: &ShardSpec, source: BeginError) -> BeginError {
+    BeginError::Shard {
+        shard_num: shard.shard_num,
+        host: shard.host.clone(),
+        source: Box::new(source),
+    }
+}
+
+/// What one shard's server says before anything is created on any shard.
+struct ShardFacts {
+    snapshot: TableSnapshot,
+    version: String,
+    timezone: String,
+}
+
+async fn shard_facts(server: &Server, local: &TableRef) -> Result<ShardFacts, BeginError> {
+    let (db, table) = (local.database.as_str(), local.table.as_str());
+    let info = server
+        .table_info(db, table)
+        .await?
+        .ok_or_else(|| BeginError::TableMissing {
+            table: local.clone(),
+            endpoint: server.endpoint().to_owned(),
+        })?;
+    Ok(ShardFacts {
+        snapshot: TableSnapshot::from_server(&info, &server.columns(db, table).await?),
+        version: server.version().await?,
+        timezone: server.timezone().await?,
+    })
+}
+
+/// `begin` of a load into the Distributed table `req.target` (described by `info`, read from
+/// the ledger's server): see the module doc. Re-running it for an open load with the same
+/// request is a no-op, as for one table.
+pub async fn begin_cluster(
+    ledger: &Ledger,
+    reach: &dyn Reach,
+    req: &BeginRequest,
+    info: &TableInfo,
+) -> Result<BeginOutcome, BeginError> {
+    let server = ledger.server();
+    ledger.ensure().await?;
+    let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
+    if let Some(outcome) = crate::begin::existing_outcome(&view.state, view.spec.as_ref(), req)? {
+        return Ok(outcome);
+    }
+    let target = &req.target;
+    let engine =
+        DistributedEngine::parse(&info.engine_full).map_err(|e| refuse(target, e.to_string()))?;
+    if req.mode == Mode::Replace {
+        return Err(refuse(
+            target,
+            "replace mode is not supported for Distributed tables yet (append only); replace the partitions of each shard's local table with a load per shard",
+        ));
+    }
+    let replicas = server.cluster_replicas(&engine.cluster).await?;
+    if replicas.is_empty() {
+        return Err(refuse(
+            target,
+            format!(
+                "its cluster {} is not in system.clusters of {}",
+                engine.cluster,
+                server.endpoint()
+            ),
+        ));
+    }
+    if let Some(r) = replicas.iter().find(|r| r.replica_num > 1) {
+        return Err(refuse(
+            target,
+            format!(
+                "shard {} of cluster {} has more than one replica ({}); chpart loads shards of one replica only (replicated shards are not supported, see the README)",
+                r.shard_num, engine.cluster, r.host_name
+            ),
+        ));
+    }
+    let local: TableRef = format!("{}.{}", engine.database, engine.table)
+        .parse()
+        .map_err(|e: IdError| refuse(target, format!("its local table: {e}")))?;
+    let ports = server.cluster_http_ports(&engine.cluster).await?;
+    let mut shards = Vec::new();
+    for r in &replicas {
+        let url = match reach.url(&r.host_name) {
+            Some(url) => url,
+            None => {
+                let http = ports
+                    .iter()
+                    .find(|p| p.shard_num == r.shard_num && p.tcp_port == r.port)
+                    .ok_or_else(|| BeginError::ShardUnreachable {
+                        shard_num: r.shard_num,
+                        host: r.host_name.clone(),
+                        message: format!(
+                            "it did not answer through cluster {} (its TCP port {}); nothing was created on any shard",
+                            engine.cluster, r.port
+                        ),
+                    })?;
+                format!("http://{}:{}", r.host_name, http.http_port)
+            }
+        };
+        shards.push(ShardSpec {
+            shard_num: r.shard_num,
+            weight: r.shard_weight,
+            host: r.host_name.clone(),
+            url,
+            load: shard_load(&req.load, r.shard_num)
+                .map_err(|e| refuse(target, format!("load id {}: {e}", req.load)))?,
+        });
+    }
+
+    // Every shard's facts first: nothing is created anywhere unless every shard answers and
+    // holds the same table in the same zone.
+    let servers: Vec<Server> = shards.iter().map(|s| reach.server(&s.url)).collect();
+    let facts = join_all(servers.iter().map(|s| shard_facts(s, &local))).await;
+    let mut first: Option<(&ShardSpec, ShardFacts)> = None;
+    for (shard, facts) in shards.iter().zip(facts) {
+        let facts = facts.map_err(|e| match e {
+            BeginError::Server(source) => BeginError::ShardUnreachable {
+                shard_num: shard.shard_num,
+                host: shard.host.clone(),
+                message: format!("{source}; nothing was created on any shard"),
+            },
+            other => shard_error(shard, other),
+        })?;
+        match &first {
+            None => first = Some((shard, facts)),
+            Some((one, reference)) => {
+                if facts.snapshot.fingerprint != reference.snapshot.fingerprint {
+                    return Err(refuse(
+                        target,
+                        format!(
+                            "the local table {local} differs between shard {} ({}, fingerprint {}) and shard {} ({}, fingerprint {}); every shard must have the same definition",
+                            one.shard_num, one.host, reference.snapshot.fingerprint,
+                            shard.shard_num, shard.host, facts.snapshot.fingerprint
+                        ),
+                    ));
+                }
+                if facts.timezone != reference.timezone {
+                    return Err(refuse(
+                        target,
+                        format!(
+                            "shard {} ({}) runs in time zone {} but shard {} ({}) in {}; partition ids of DateTime columns would differ",
+                            shard.shard_num, shard.host, facts.timezone, one.shard_num, one.host, reference.timezone
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    let (_, reference) = first.expect("a cluster has at least one shard");
+    let key_type = match (&engine.sharding_key, shards.len()) {
+        (Some(key), n) if n > 1 => Some(
+            servers[0]
+                .type_of(key, local.database.as_str(), local.table.as_str())
+                .await
+                .map_err(|e| refuse(target, format!("its sharding key {key}: {e}")))?,
+        ),
+        _ => None,
+    };
+    let cluster = ClusterSpec {
+        cluster: engine.cluster.clone(),
+        local: local.clone(),
+        sharding_key: engine.sharding_key.clone(),
+        key_type,
+        shards,
+    };
+    cluster
+        .routing()
+        .slot_sql()
+        .map_err(|e: RoutingError| refuse(target, e.to_string()))?;
+
+    // One sub-load per shard; a re-run after a crash finds the open ones as they were.
+    for (shard, server) in cluster.shards.iter().zip(&servers) {
+        let sub = BeginRequest {
+            load: shard.load.clone(),
+            target: local.clone(),
+            mode: req.mode,
+            visibility: req.visibility,
+            host: shard.host.clone(),
+            allow_materialized_views: req.allow_materialized_views,
+            clickhouse_local_version: req.clickhouse_local_version.clone(),
+            staging: reach.staging(&shard.host),
+            shard_of: Some(ShardOf {
+                parent: req.load.clone(),
+                shard_num: shard.shard_num,
+                url: shard.url.clone(),
+            }),
+        };
+        begin_on(ledger, server, &sub)
+            .await
+            .map_err(|e| shard_error(shard, e))?;
+    }
+    let target_snapshot = TableSnapshot::from_server(
+        info,
+        &server
+            .columns(target.database.as_str(), target.table.as_str())
+            .await?,
+    );
+    let versions: Vec<&str> = vec![reference.version.as_str()];
+    let spec = LoadSpec {
+        load: req.load.clone(),
+        target: target.clone(),
+        mode: req.mode,
+        visibility: req.visibility,
+        publish: local,
+        target_snapshot,
+        publish_snapshot: reference.snapshot,
+        server_version: versions[0].to_owned(),
+        server_timezone: Some(reference.timezone),
+        clickhouse_local_version: req.clickhouse_local_version.clone(),
+        host: req.host.clone(),
+        publish_disks: Vec::new(),
+        cluster: Some(cluster),
+        shard_of: None,
+        opened_at_unix_ms: now_unix_ms(),
+    };
+    let body = serde_json::to_string(&spec).expect("a LoadSpec serializes");
+    ledger
+        .append_once(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body)
+        .await?;
+    let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
+    match view.spec {
+        Some(winner) if winner == spec => Ok(BeginOutcome::Opened(spec)),
+        winner => Ok(
+            crate::begin::existing_outcome(&view.state, winner.as_ref(), req)?
+                .unwrap_or(BeginOutcome::Opened(spec)),
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The attempt's output: one manifest per shard
+// ---------------------------------------------------------------------------------------------
+
+/// The value of a cluster manifest's `format` field.
+pub const CLUSTER_MANIFEST_FORMAT: &str = "chpart-cluster-manifest";
+
+/// What one attempt of a cluster load built: a manifest per shard (for the shard's sub-load),
+/// printed by `build` as one JSON line and committed as one winner line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterManifest {
+    /// The cluster load.
+    pub load: LoadId,
+    /// Per shard number, the shard's manifest.
+    pub shards: BTreeMap<u32, Manifest>,
+}
+
+impl ClusterManifest {
+    /// One line of JSON: `{"format":"chpart-cluster-manifest","version":1,"load":..,
+    /// "shards":[{"shard":1,"manifest":{...}}, ...]}`.
+    pub fn to_json_line(&self) -> String {
+        let shards: Vec<Value> = self
+            .shards
+            .iter()
+            .map(|(shard, m)| {
+                let manifest: Value =
+                    serde_json::from_str(&m.to_json_line()).expect("a manifest is JSON");
+                serde_json::json!({ "shard": shard, "manifest": manifest })
+            })
+            .collect();
+        serde_json::json!({
+            "format": CLUSTER_MANIFEST_FORMAT,
+            "version": 1,
+            "load": self.load,
+            "shards": shards,
+        })
+        .to_string()
+    }
+
+    /// Reads a line [`ClusterManifest::to_json_line`] wrote; every shard manifest is read as
+    /// strictly as a single-table one, and must be of `cluster`'s sub-load of that shard and of
+    /// one attempt. Every shard of the cluster must be there.
+    pub fn from_json(text: &str, cluster: &ClusterSpec) -> Result<ClusterManifest, String> {
+        let raw: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        if raw.get("format").and_then(Value::as_str) != Some(CLUSTER_MANIFEST_FORMAT) {
+            return Err(format!(
+                "not a cluster manifest (field `format` is not \"{CLUSTER_MANIFEST_FORMAT}\"); a load into a Distributed table commits the lines its builds printed"
+            ));
+        }
+        if raw.get("version").and_then(Value::as_u64) != Some(1) {
+            return Err("unsupported cluster manifest version (this chpart reads 1)".into());
+        }
+        let load: LoadId = raw
+            .get("load")
+            .and_then(Value::as_str)
+            .ok_or("no load")?
+            .parse()
+            .map_err(|e: IdError| e.to_string())?;
+        let mut shards = BTreeMap::new();
+        let mut attempt: Option<AttemptId> = None;
+        for entry in raw
+            .get("shards")
+            .and_then(Value::as_array)
+            .ok_or("no shards")?
+        {
+            let shard = entry
+                .get("shard")
+                .and_then(Value::as_u64)
+                .and_then(|s| u32::try_from(s).ok())
+                .ok_or("a shard entry without a shard number")?;
+            let spec = cluster.shard(shard).ok_or_else(|| {
+                format!(
+                    "shard {shard} is not a shard of cluster {}",
+                    cluster.cluster
+                )
+            })?;
+            let manifest = Manifest::from_json(
+                &entry
+                    .get("manifest")
+                    .ok_or_else(|| format!("shard {shard}: no manifest"))?
+                    .to_string(),
+            )
+            .map_err(|e| format!("shard {shard}: {e}"))?;
+            if manifest.load != spec.load {
+                return Err(format!(
+                    "shard {shard}: manifest of load {}, not of {} (this load's shard {shard})",
+                    manifest.load, spec.load
+                ));
+            }
+            match &attempt {
+                None => attempt = Some(manifest.attempt.id.clone()),
+                Some(a) if *a != manifest.attempt.id => {
+                    return Err(format!(
+                        "shard {shard}: manifest of attempt {}, but the line is attempt {a}'s",
+                        manifest.attempt.id
+                    ))
+                }
+                Some(_) => {}
+            }
+            if shards.insert(shard, manifest).is_some() {
+                return Err(format!("shard {shard} is listed twice"));
+            }
+        }
+        if let Some(missing) = cluster
+            .shards
+            .iter()
+            .find(|s| !shards.contains_key(&s.shard_num))
+        {
+            return Err(format!("shard {} has no manifest", missing.shard_num));
+        }
+        Ok(ClusterManifest { load, shards })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commit
+// ---------------------------------------------------------------------------------------------
+
+/// The plan of a cluster load: the winners' cluster manifests, kept once per load by the
+/// server, so every shard commits the same winners whatever drivers race.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterPlan {
+    /// The winning attempt of each Spark partition.
+    pub winners: BTreeMap<u32, AttemptId>,
+    /// The winners' lines, as committed.
+    pub lines: Vec<String>,
+}
+
+/// The connections a shard's sub-load is committed, aborted or cleaned with.
+pub struct ShardEnv {
+    /// The shard.
+    pub shard: ShardSpec,
+    /// Its server.
+    pub server: Server,
+    /// Its filesystem.
+    pub fs: Arc<dyn RemoteFs>,
+    /// Its configured staging root (for loads that did not record theirs).
+    pub staging: chpart_core::StagingLayout,
+}
+
+/// A shard's host whose filesystem could not be reached.
+#[derive(Debug, thiserror::Error)]
+#[error("shard {shard_num} ({host}): cannot reach its filesystem: {source}")]
+pub struct ShardUnreachable {
+    /// The shard.
+    pub shard_num: u32,
+    /// Its host.
+    pub host: String,
+    /// Why.
+    pub source: Box<RemoteError>,
+}
+
+/// Connects to every shard of `cluster`; an unreachable host is an error naming the shard.
+pub fn shard_envs(
+    reach: &dyn Reach,
+    cluster: &ClusterSpec,
+) -> Result<Vec<ShardEnv>, ShardUnreachable> {
+    cluster
+        .shards
+        .iter()
+        .map(|shard| {
+            let fs = reach
+                .connect(&shard.host, 1)
+                .map_err(|e| ShardUnreachable {
+                    shard_num: shard.shard_num,
+                    host: shard.host.clone(),
+                    source: Box::new(e),
+                })?
+                .remove(0);
+            let staging =
+                chpart_core::StagingLayout::new(reach.staging(&shard.host).single.as_str())
+                    .expect("a RemotePath is a valid staging root");
+            Ok(ShardEnv {
+                server: reach.server(&shard.url),
+                shard: shard.clone(),
+                fs,
+                staging,
+            })
+        })
+        .collect()
+}
+
+fn on_shard(shard: &ShardSpec, source: CommitError) -> CommitError {
+    CommitError::Shard {
+        shard_num: shard.shard_num,
+        host: shard.host.clone(),
+        source: Box::new(source),
+    }
+}
+
+/// Commits a cluster load (see the module doc), or finishes one that was interrupted: with
+/// `req.winners` the lines the builds printed (one per Spark partition), without them from the
+/// recorded cluster plan.
+pub async fn commit_cluster(
+    ledger: &Ledger,
+    reach: &dyn Reach,
+    req: CommitRequest,
+) -> Result<CommitOutcome, CommitError> {
+    let started = std::time::Instant::now();
+    let load = req.load.clone();
+    let view = ledger.view(&load, crate::KNOWN_KINDS).await?;
+    let spec = match (&view.state, &view.spec) {
+        (LoadState::Aborted, _) => return Err(CommitError::Aborted(load)),
+        (_, None) | (LoadState::Unknown, _) => return Err(CommitError::NotBegun(load)),
+        (_, Some(spec)) => spec.clone(),
+    };
+    let cluster = spec
+        .cluster
+        .clone()
+        .expect("commit_cluster is called for cluster loads");
+    if view.state == LoadState::Committed {
+        let summary: Option<CommitSummary> = view
+            .body_of_kind(kind::LOAD_COMMITTED)
+            .map_err(|e| CommitError::Ledger(e.into()))?;
+        return Ok(CommitOutcome {
+            summary: summary.ok_or(CommitError::NotBegun(load))?,
+            already_committed: true,
+            attached_now: 0,
+            seconds: started.elapsed().as_secs_f64(),
+        });
+    }
+
+    // The plan: the winners of every shard, once per load.
+    let recorded: Option<ClusterPlan> = view
+        .body_of_kind(kind::CLUSTER_PLANNED)
+        .map_err(|e| CommitError::Ledger(e.into()))?;
+    let lines: Vec<(usize, String)> = match (&req.winners, &recorded) {
+        (Some(lines), _) => lines.clone(),
+        (None, Some(plan)) => plan
+            .lines
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l))
+            .collect(),
+        (None, None) => return Err(CommitError::NoPlan { load }),
+    };
+    let mut parsed = Vec::new();
+    let mut problems = Vec::new();
+    for (line, text) in &lines {
+        match ClusterManifest::from_json(text, &cluster) {
+            Ok(m) if m.load != load => problems.push(format!(
+                "line {line}: cluster manifest of load {}, not of this load",
+                m.load
+            )),
+            Ok(m) => parsed.push((*line, m)),
+            Err(e) => problems.push(format!("line {line}: {e}")),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(CommitError::ClusterWinners { load, problems });
+    }
+    let mut winners = BTreeMap::new();
+    for (line, m) in &parsed {
+        let any = m
+            .shards
+            .values()
+            .next()
+            .expect("every shard has a manifest");
+        if let Some(other) = winners.insert(any.attempt.partition, any.attempt.id.clone()) {
+            problems.push(format!(
+                "line {line}: partition {} has two winners ({other} and {})",
+                any.attempt.partition, any.attempt.id
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(CommitError::ClusterWinners { load, problems });
+    }
+    let plan = ClusterPlan {
+        winners: winners.clone(),
+        lines: lines.iter().map(|(_, l)| l.clone()).collect(),
+    };
+    if recorded.is_none() {
+        ledger
+            .append_once(
+                &load,
+                entry::CLUSTER_PLAN,
+                kind::CLUSTER_PLANNED,
+                &serde_json::to_string(&plan).expect("a plan serializes"),
+            )
+            .await?;
+    }
+    let view = ledger.view(&load, crate::KNOWN_KINDS).await?;
+    let kept: ClusterPlan = view
+        .body_of_kind(kind::CLUSTER_PLANNED)
+        .map_err(|e| CommitError::Ledger(e.into()))?
+        .ok_or_else(|| CommitError::NoPlan { load: load.clone() })?;
+    if kept.winners != winners {
+        return Err(CommitError::ClusterPlanConflict {
+            load,
+            recorded: describe_winners(&kept.winners),
+            given: describe_winners(&winners),
+        });
+    }
+
+    let envs = shard_envs(reach, &cluster).map_err(|e| CommitError::Shard {
+        shard_num: e.shard_num,
+        host: e.host.clone(),
+        source: Box::new(CommitError::Unreachable {
+            host: e.host,
+            source: e.source,
+        }),
+    })?;
+    let shard_lines = |shard: u32| -> Vec<(usize, String)> {
+        parsed
+            .iter()
+            .map(|(line, m)| (*line, m.shards[&shard].to_json_line()))
+            .collect()
+    };
+    let request = |shard: u32, prepare_only: bool| CommitRequest {
+        load: cluster
+            .shard(shard)
+            .expect("a shard of the cluster")
+            .load
+            .clone(),
+        winners: prepare_only.then(|| shard_lines(shard)),
+        verify: req.verify,
+        expected_partitions: req.expected_partitions,
+        allow_missing: req.allow_missing,
+        visibility: req.visibility,
+        prepare_only,
+    };
+    let run = |prepare_only: bool| {
+        join_all(envs.iter().map(|env| {
+            let request = request(env.shard.shard_num, prepare_only);
+            async move {
+                let commit_env = CommitEnv {
+                    ledger,
+                    server: &env.server,
+                    fs: env.fs.as_ref(),
+                    staging: env.staging.clone(),
+                };
+                commit(&commit_env, request)
+                    .await
+                    .map_err(|e| on_shard(&env.shard, e))
+            }
+        }))
+    };
+    // Phase 1: every shard checks its winners, tables and parts and records its plan; nothing
+    // is visible anywhere yet, so a shard that fails here leaves every shard as it was.
+    for result in run(true).await {
+        result?;
+    }
+    // The cluster load is this commit's: an abort that came first stops it before anything
+    // is visible; after this no abort removes anything of any shard.
+    ledger.decide(&load, Decision::Commit).await?;
+    let view = ledger.view(&load, crate::KNOWN_KINDS).await?;
+    if view.decision != Some(Decision::Commit) {
+        return Err(CommitError::Aborted(load));
+    }
+    crate::observe::crash_point("after-cluster-decision");
+    // Phase 2: every shard's sub-load commits (each resumable on its own).
+    let mut outcomes = Vec::new();
+    let mut failed = Vec::new();
+    for result in run(false).await {
+        match result {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(e) => failed.push(e),
+        }
+    }
+    if let Some(first) = failed.into_iter().next() {
+        return Err(first);
+    }
+    let summary = CommitSummary {
+        load: load.clone(),
+        table: spec.target.clone(),
+        mode: spec.mode,
+        visibility: spec.visibility,
+        partitions: outcomes.iter().map(|o| o.summary.partitions).sum(),
+        parts: outcomes.iter().map(|o| o.summary.parts).sum(),
+        rows: outcomes.iter().map(|o| o.summary.rows).sum(),
+        winners: winners.into_iter().collect(),
+    };
+    crate::observe::crash_point("before-cluster-commit");
+    ledger
+        .append(
+            &load,
+            entry::COMMIT,
+            kind::LOAD_COMMITTED,
+            &serde_json::to_string(&summary).expect("a summary serializes"),
+        )
+        .await?;
+    Ok(CommitOutcome {
+        summary,
+        already_committed: false,
+        attached_now: outcomes.iter().map(|o| o.attached_now).sum(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn describe_winners(winners: &BTreeMap<u32, AttemptId>) -> String {
+    winners
+        .iter()
+        .map(|(p, a)| format!("{p}: {a}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The spec of each shard's sub-load of a cluster load, from the ledger.
+pub async fn shard_specs(
+    ledger: &Ledger,
+    cluster: &ClusterSpec,
+) -> Result<Vec<(ShardSpec, Option<LoadSpec>, LoadState)>, crate::store::LedgerStoreError> {
+    let mut out = Vec::new();
+    for shard in &cluster.shards {
+        let view = ledger.view(&shard.load, crate::KNOWN_KINDS).await?;
+        out.push((shard.clone(), view.spec, view.state));
+    }
+    Ok(out)
+}
+
+/// Ends a cluster load: claims it for abort (refused when a commit claimed it first), then
+/// aborts every shard's sub-load on its own server.
+pub async fn abort_cluster(
+    ledger: &Ledger,
+    reach: &dyn Reach,
+    spec: &LoadSpec,
+    force: bool,
+) -> Result<Vec<(u32, Vec<crate::cleanup::Removal>)>, crate::cleanup::CleanupError> {
+    use crate::cleanup::CleanupError;
+    let cluster = spec.cluster.as_ref().expect("a cluster load");
+    let load = &spec.load;
+    let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+    if view.state == LoadState::Committed {
+        return Err(CleanupError::Committed(load.clone()));
+    }
+    if view.state == LoadState::Open {
+        if force && view.decision == Some(Decision::Commit) {
+            let body = serde_json::json!({ "abandoned_at_unix_ms": now_unix_ms() }).to_string();
+            ledger
+                .append(load, entry::ABANDON, kind::LOAD_ABANDONED, &body)
+                .await?;
+        } else {
+            ledger.decide(load, Decision::Abort).await?;
+            let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+            match (&view.state, view.decision) {
+                (LoadState::Committed, _) => return Err(CleanupError::Committed(load.clone())),
+                (_, Some(Decision::Commit)) => {
+                    return Err(CleanupError::CommitInProgress(load.clone()))
+                }
+                _ => {}
+            }
+            let body = serde_json::json!({ "aborted_at_unix_ms": now_unix_ms() }).to_string();
+            ledger
+                .append(load, entry::ABORT, kind::LOAD_ABORTED, &body)
+                .await?;
+        }
+    }
+    let envs = shard_envs(reach, cluster).map_err(|e| CleanupError::Remote {
+        op: format!("connect to shard {} ({})", e.shard_num, e.host),
+        source: e.source,
+    })?;
+    let mut out = Vec::new();
+    for env in &envs {
+        let removed = crate::cleanup::abort_on(
+            ledger,
+            &env.server,
+            env.fs.as_ref(),
+            &env.staging,
+            &env.shard.load,
+            force,
+        )
+        .await?;
+        out.push((env.shard.shard_num, removed));
+    }
+    Ok(out)
+}
+
+/// `begin` of any load: into a Distributed table ([`begin_cluster`]) or into one table on the
+/// ledger's server ([`crate::begin::begin`]).
+pub async fn begin_load(
+    ledger: &Ledger,
+    reach: &dyn Reach,
+    req: &BeginRequest,
+) -> Result<BeginOutcome, BeginError> {
+    let (db, table) = (req.target.database.as_str(), req.target.table.as_str());
+    match ledger.server().table_info(db, table).await? {
+        Some(info) if info.engine == "Distributed" => {
+            begin_cluster(ledger, reach, req, &info).await
+        }
+        _ => crate::begin::begin(ledger, req).await,
+    }
+}
+
+/// `commit` of any load: a cluster load ([`commit_cluster`]) or a load of one table
+/// ([`commit`] with `env`). A shard's sub-load is committed through its cluster load only.
+pub async fn commit_load(
+    reach: &dyn Reach,
+    env: &CommitEnv<'_>,
+    req: CommitRequest,
+) -> Result<CommitOutcome, CommitError> {
+    let view = env.ledger.view(&req.load, crate::KNOWN_KINDS).await?;
+    match view.spec.as_ref() {
+        Some(spec) if spec.cluster.is_some() => commit_cluster(env.ledger, reach, req).await,
+        Some(LoadSpec {
+            shard_of: Some(of), ..
+        }) => Err(CommitError::ShardOfCluster {
+            load: req.load.clone(),
+            shard_num: of.shard_num,
+            parent: of.parent.clone(),
+        }),
+        _ => commit(env, req).await,
+    }
+}

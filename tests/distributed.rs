@@ -1,0 +1,393 @@
+//! Loads into a `Distributed` table over a cluster of real 26.9 servers (one per shard, each on a
+//! loopback address of its own): every row lands on the shard ClickHouse's own INSERT would
+//! send it to, exactly once, whatever happens to the driver, and nothing is left on any shard.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use chpart_testenv::cluster::Cluster;
+
+use crate::build::{rows_select, write_rows, COLUMNS};
+use crate::cli::{chpart, text};
+
+/// The table columns' order-independent fingerprint: count and checksum.
+fn fingerprint(table: &str) -> String {
+    format!("SELECT count(), sum(cityHash64(ts, id, name, score)) FROM {table}")
+}
+
+/// Rows of Spark partition `p` (1000 each).
+fn partition_rows(p: u32) -> String {
+    rows_select(u64::from(p) * 1000, 1000)
+}
+
+/// A cluster with `db.local` on every shard, `db.events` (Distributed, sharded by `key`) on
+/// shard 1, a twin pair (`db.twin_local`, `db.twin`) loaded by INSERT for comparison, and a
+/// chpart config whose server is shard 1 (which also holds the ledger).
+struct ClusterSetup {
+    cluster: Cluster,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl ClusterSetup {
+    fn new(name: &str, weights: &[u32], key: &str) -> ClusterSetup {
+        let cluster = Cluster::start(name, weights);
+        let engine = "ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id";
+        for node in &cluster.nodes {
+            let ch = &node.server;
+            ch.q("CREATE DATABASE db");
+            ch.q(&format!("CREATE TABLE db.local ({COLUMNS}) {engine}"));
+            ch.q(&format!("CREATE TABLE db.twin_local ({COLUMNS}) {engine}"));
+            // Merges would change the parts a test counts; the rows are what is compared.
+            ch.q("SYSTEM STOP MERGES db.local");
+        }
+        let entry = &cluster.nodes[0].server;
+        entry.q(&format!(
+            "CREATE TABLE db.events AS db.local ENGINE = Distributed({name}, db, local, {key})"
+        ));
+        entry.q(&format!(
+            "CREATE TABLE db.twin AS db.twin_local ENGINE = Distributed({name}, db, twin_local, {key})"
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("chpart.toml");
+        let mut text = format!(
+            "[clickhouse]\nurl = \"{url}\"\nrequest_timeout_secs = 60\n\
+             [transport]\nkind = \"local\"\n\
+             [clickhouse_local]\ncommand = \"{local}\"\nwork_dir = \"{work}\"\n\
+             [staging]\nroot = \"{staging}\"\n\
+             [ledger]\ndatabase = \"chpart_ledger\"\n",
+            url = entry.url(),
+            local = chpart_testenv::clickhouse_local().display(),
+            work = dir.path().join("work").display(),
+            staging = entry.data_dir.join("chpart-staging").display(),
+        );
+        // Each host stages next to its own data (on a real cluster: its own filesystem).
+        for node in &cluster.nodes {
+            text.push_str(&format!(
+                "[[hosts]]\nname = \"{}\"\nstaging_root = \"{}\"\n",
+                node.address,
+                node.data_dir().join("chpart-staging").display()
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
+        ClusterSetup {
+            cluster,
+            dir,
+            config,
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        chpart()
+            .arg(args[0])
+            .arg("--config")
+            .arg(&self.config)
+            .args(&args[1..])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    }
+
+    fn begin(&self, load: &str, extra: &[&str]) -> Output {
+        let mut args = vec!["begin", "--table", "db.events", "--load", load];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
+    /// Builds Spark partition `p` as `attempt`; the line it printed (its cluster manifest).
+    fn build(&self, load: &str, attempt: &str, p: u32, input: &Path) -> Result<String, Output> {
+        let out = chpart()
+            .args(["build", "--config"])
+            .arg(&self.config)
+            .args(["--load", load, "--attempt", attempt, "--partition"])
+            .arg(p.to_string())
+            .arg("--input")
+            .arg(input)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return Err(out);
+        }
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        Ok(stdout.lines().last().unwrap().to_owned())
+    }
+
+    /// Begins `load` and builds `partitions` Spark partitions, each by every one of `attempts`
+    /// (all published); the printed lines per partition, in attempt order.
+    fn build_load(
+        &self,
+        load: &str,
+        begin: &[&str],
+        partitions: u32,
+        attempts: &[&str],
+    ) -> Vec<Vec<String>> {
+        let out = self.begin(load, begin);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        (0..partitions)
+            .map(|p| {
+                let input = write_rows(
+                    self.dir.path(),
+                    &format!("{load}-p{p}.parquet"),
+                    &partition_rows(p),
+                    "Parquet",
+                );
+                attempts
+                    .iter()
+                    .map(|a| {
+                        let attempt = format!("{a}.{p}");
+                        self.build(load, &attempt, p, &input)
+                            .unwrap_or_else(|o| panic!("build {attempt}: {}", text(&o)))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn winners(&self, name: &str, lines: &[&String]) -> PathBuf {
+        let path = self.dir.path().join(name);
+        let text: Vec<&str> = lines.iter().map(|l| l.as_str()).collect();
+        std::fs::write(&path, text.join("\n") + "\n").unwrap();
+        path
+    }
+
+    fn commit(
+        &self,
+        load: &str,
+        winners: Option<&Path>,
+        extra: &[&str],
+        crash_at: Option<&str>,
+    ) -> Output {
+        let mut cmd = chpart();
+        cmd.args(["commit", "--config"])
+            .arg(&self.config)
+            .args(["--load", load]);
+        if let Some(w) = winners {
+            cmd.arg("--winners").arg(w);
+        }
+        cmd.args(extra);
+        if let Some(point) = crash_at {
+            cmd.env("CHPART_TEST_CRASH_AT", point);
+        }
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    }
+
+    /// Loads the twin through the Distributed engine itself, synchronously.
+    fn insert_twin(&self, partitions: &[u32]) {
+        let union: Vec<String> = partitions.iter().map(|p| partition_rows(*p)).collect();
+        self.cluster.nodes[0].server.q(&format!(
+            "INSERT INTO db.twin SELECT * FROM ({}) SETTINGS insert_distributed_sync = 1",
+            union.join(" UNION ALL ")
+        ));
+    }
+
+    /// Per shard: (the local table's fingerprint, the twin's).
+    fn per_shard(&self) -> Vec<(String, String)> {
+        self.cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.server.q(&fingerprint("db.local")),
+                    n.server.q(&fingerprint("db.twin_local")),
+                )
+            })
+            .collect()
+    }
+
+    /// Everything left in `db.local`'s detached/ on every shard, and every staged file.
+    fn leftovers(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        for node in &self.cluster.nodes {
+            let detached = node
+                .server
+                .q("SELECT name FROM system.detached_parts WHERE database = 'db' ORDER BY name");
+            left.extend(
+                detached
+                    .lines()
+                    .map(|l| format!("shard {}: detached {l}", node.shard_num)),
+            );
+            let staging = node.data_dir().join("chpart-staging");
+            left.extend(
+                walkdir::WalkDir::new(&staging)
+                    .into_iter()
+                    .filter_map(Result::ok)
+                    .filter(|e| e.file_type().is_file())
+                    .map(|e| format!("shard {}: staged {}", node.shard_num, e.path().display())),
+            );
+        }
+        left
+    }
+}
+
+fn assert_exactly_once_as_routed(s: &ClusterSetup, what: &str) {
+    for (i, (loaded, twin)) in s.per_shard().into_iter().enumerate() {
+        assert_eq!(
+            loaded,
+            twin,
+            "{what}: shard {} differs from the INSERT twin",
+            i + 1
+        );
+    }
+}
+
+#[test]
+fn a_distributed_table_loads_exactly_once_routed_as_clickhouse_routes() {
+    // A signed key of 64 bits (`toInt32(id) - 1500` is Int64): read as unsigned, % 6.
+    let s = ClusterSetup::new("dist_load", &[1, 2, 3], "toInt32(id) - 1500");
+    let begin = s.begin("dl-1", &["--json"]);
+    assert_eq!(begin.status.code(), Some(0), "{}", text(&begin));
+    let spec: serde_json::Value = serde_json::from_slice(&begin.stdout).unwrap();
+    let shards = spec["cluster"]["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 3, "{spec}");
+    assert_eq!(spec["cluster"]["key_type"], "Int64", "{spec}");
+    for (i, node) in s.cluster.nodes.iter().enumerate() {
+        assert_eq!(shards[i]["host"], node.address.to_string());
+        assert_eq!(shards[i]["weight"], node.weight);
+        // Each shard got its own sub-load with its own shadow of db.local.
+        let shadows = node.server.q("SELECT count() FROM system.tables WHERE database = 'db' AND name LIKE 'local__chpart_%'");
+        assert_eq!(shadows, "1\n", "shard {}", node.shard_num);
+    }
+    // Three Spark partitions, each built by a loser and a winner, both published on every shard.
+    let built = s.build_load("dl-1", &[], 3, &["app-a", "app-b"]);
+    let file = s.winners("w.jsonl", &[&built[0][1], &built[1][0], &built[2][1]]);
+    let out = s.commit("dl-1", Some(&file), &["--partitions", "3", "--json"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["rows"], 3000, "{summary}");
+    s.insert_twin(&[0, 1, 2]);
+    assert_exactly_once_as_routed(&s, "after commit");
+    let total: u64 = s
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| {
+            n.server
+                .q("SELECT count() FROM db.local")
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(total, 3000);
+    // Every shard got rows (weights 1/2/3 of 3000 rows with this key: none is empty).
+    for node in &s.cluster.nodes {
+        assert_ne!(
+            node.server.q("SELECT count() FROM db.local"),
+            "0\n",
+            "shard {}",
+            node.shard_num
+        );
+    }
+    // status shows the shards; gc leaves nothing on any shard; a second commit changes nothing.
+    let status = s.run(&["status", "--load", "dl-1", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(
+        status[0]["shards"].as_array().map(Vec::len),
+        Some(3),
+        "{status}"
+    );
+    assert!(
+        status[0]["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["state"] == "committed"),
+        "{status}"
+    );
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert_eq!(s.leftovers(), Vec::<String>::new());
+    let again = s.commit("dl-1", Some(&file), &["--partitions", "3"], None);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert_exactly_once_as_routed(&s, "after a second commit");
+}
+
+#[test]
+fn a_cluster_commit_killed_at_any_step_resumes_exactly_once() {
+    let s = ClusterSetup::new("dist_crash", &[1, 2, 3], "cityHash64(id)");
+    s.insert_twin(&[0, 1]);
+    let points = [
+        "after-plan:2",
+        "after-cluster-decision",
+        "before-attach:2",
+        "after-attach:4",
+        "before-publish:3",
+        "after-publish:2",
+        "before-commit:2",
+        "before-cluster-commit",
+    ];
+    for (i, point) in points.iter().enumerate() {
+        let load = format!("dc-{i}");
+        let built = s.build_load(&load, &[], 2, &["app-a", "app-b"]);
+        let file = s.winners(&format!("w{i}.jsonl"), &[&built[0][1], &built[1][0]]);
+        let out = s.commit(&load, Some(&file), &["--partitions", "2"], Some(point));
+        assert_eq!(
+            out.status.code(),
+            None,
+            "{point}: the commit was to be killed: {}",
+            text(&out)
+        );
+        // Resumed without the winners file, as another machine would.
+        let out = s.commit(&load, None, &[], None);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{point}: resume failed: {}",
+            text(&out)
+        );
+        assert_exactly_once_as_routed(&s, point);
+        // The next load goes into the same tables: the twin grows with it.
+        let gc = s.run(&["gc"]);
+        assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+        for node in &s.cluster.nodes {
+            node.server.q("TRUNCATE TABLE db.local");
+        }
+    }
+    assert_eq!(s.leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn an_unreachable_shard_stops_begin_and_commit_before_anything_is_visible() {
+    let mut s = ClusterSetup::new("dist_down", &[1, 1, 1], "id");
+    // At begin: shard 3 down. Nothing is created on any shard.
+    s.cluster.nodes[2].server.stop();
+    let out = s.begin("dd-1", &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("shard 3"), "{}", text(&out));
+    for node in &s.cluster.nodes[..2] {
+        assert_eq!(
+            node.server.q("SELECT count() FROM system.tables WHERE database = 'db' AND name LIKE 'local__chpart_%'"),
+            "0\n",
+            "no shadow on shard {}",
+            node.shard_num
+        );
+    }
+    s.cluster.nodes[2].server.start_again();
+    // At commit: shard 2 down after the builds. Nothing becomes visible on any shard; abort
+    // (once it is back) cleans every shard.
+    let built = s.build_load("dd-2", &[], 2, &["app-a"]);
+    let file = s.winners("w.jsonl", &[&built[0][0], &built[1][0]]);
+    s.cluster.nodes[1].server.stop();
+    let out = s.commit("dd-2", Some(&file), &["--partitions", "2"], None);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("shard 2"), "{}", text(&out));
+    for node in [&s.cluster.nodes[0], &s.cluster.nodes[2]] {
+        assert_eq!(
+            node.server.q("SELECT count() FROM db.local"),
+            "0\n",
+            "shard {}",
+            node.shard_num
+        );
+    }
+    s.cluster.nodes[1].server.start_again();
+    let out = s.run(&["abort", "--load", "dd-2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for node in &s.cluster.nodes {
+        assert_eq!(node.server.q("SELECT count() FROM db.local"), "0\n");
+    }
+    assert_eq!(s.leftovers(), Vec::<String>::new());
+}
