@@ -31,7 +31,54 @@ struct ClusterSetup {
 
 impl ClusterSetup {
     fn new(name: &str, weights: &[u32], key: &str) -> ClusterSetup {
-        let cluster = Cluster::start(name, weights);
+        ClusterSetup::with(Cluster::start(name, weights), key)
+    }
+
+    /// Like [`ClusterSetup::new`], with servers running as `clickhouse`, one sshd per node
+    /// (its own address, port, host key and client key) and chpart reaching every shard's
+    /// filesystem over SFTP as that user: `[ssh]` for the entry server, `[[hosts]]` for each.
+    fn over_sftp(name: &str, weights: &[u32], key: &str) -> ClusterSetup {
+        let s = ClusterSetup::with(
+            Cluster::start_with_sshd(name, weights, Some("clickhouse")),
+            key,
+        );
+        let first = s.cluster.nodes[0].sshd.as_ref().unwrap();
+        let mut text = std::fs::read_to_string(&s.config)
+            .unwrap()
+            .replace("kind = \"local\"", "kind = \"sftp\"");
+        text.push_str(&format!(
+            "[ssh]\nhost = \"{}\"\nport = {}\nuser = \"clickhouse\"\nidentity_file = \"{}\"\nknown_hosts = \"{}\"\n",
+            first.host,
+            first.port,
+            first.client_key.display(),
+            first.known_hosts.display()
+        ));
+        let hosts: Vec<String> = s
+            .cluster
+            .nodes
+            .iter()
+            .map(|node| {
+                let sshd = node.sshd.as_ref().unwrap();
+                format!(
+                    "[[hosts]]\nname = \"{}\"\nstaging_root = \"{}\"\nssh_port = {}\nidentity_file = \"{}\"\nknown_hosts = \"{}\"\n",
+                    node.address,
+                    node.data_dir().join("chpart-staging").display(),
+                    sshd.port,
+                    sshd.client_key.display(),
+                    sshd.known_hosts.display()
+                )
+            })
+            .collect();
+        // The [[hosts]] written for the local transport are replaced by these.
+        let start = text.find("[[hosts]]").unwrap();
+        let ssh = text.find("[ssh]").unwrap();
+        text = format!("{}{}{}", &text[..start], &text[ssh..], hosts.concat());
+        std::fs::write(&s.config, text).unwrap();
+        s
+    }
+
+    fn with(cluster: Cluster, key: &str) -> ClusterSetup {
+        let name = cluster.name.clone();
         let engine = "ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id";
         for node in &cluster.nodes {
             let ch = &node.server;
@@ -304,6 +351,20 @@ fn a_distributed_table_loads_exactly_once_routed_as_clickhouse_routes() {
     let again = s.commit("dl-1", Some(&file), &["--partitions", "3"], None);
     assert_eq!(again.status.code(), Some(0), "{}", text(&again));
     assert_exactly_once_as_routed(&s, "after a second commit");
+}
+
+#[test]
+fn a_distributed_table_loads_exactly_once_over_sftp_to_every_shard() {
+    let s = ClusterSetup::over_sftp("dist_sftp", &[2, 1, 1], "toInt16(id) * -7");
+    let built = s.build_load("ds-1", &[], 2, &["app-a", "app-b"]);
+    let file = s.winners("w.jsonl", &[&built[0][0], &built[1][1]]);
+    let out = s.commit("ds-1", Some(&file), &["--partitions", "2"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    s.insert_twin(&[0, 1]);
+    assert_exactly_once_as_routed(&s, "over sftp");
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert_eq!(s.leftovers(), Vec::<String>::new());
 }
 
 #[test]

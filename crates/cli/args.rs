@@ -62,6 +62,25 @@ pub enum Command {
     /// committed or aborted loads, and their shadow tables. Never touches an open load.
     #[command(after_help = exit::HELP)]
     Gc(GcArgs),
+    /// Show what a load of a table would use, writing nothing: for a Distributed table every
+    /// shard (weight, host, HTTP endpoint, version), the sharding key, its type and the routing
+    /// expression; for every host the disks parts would go to with their data paths and
+    /// staging roots, and whether its server and filesystem answer. Exits 0 when a load could
+    /// begin now, 3 when a host does not answer, 4 when the table cannot be loaded as it is.
+    #[command(after_help = exit::HELP)]
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The table a load would go into (`db.table`; a Distributed table or a MergeTree table).
+    #[arg(long, value_name = "DB.TABLE")]
+    pub table: String,
+    /// One JSON object on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -278,6 +297,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Abort(args) => crate::driver::run_abort(args),
         Command::Status(args) => crate::driver::run_status(args),
         Command::Gc(args) => crate::driver::run_gc(args),
+        Command::Plan(args) => run_plan(args),
     }
 }
 
@@ -341,6 +361,88 @@ fn staging_roots(config: &Config) -> Result<StagingRoots, Failure> {
             })
             .collect::<Result<_, Failure>>()?,
     })
+}
+
+fn run_plan(args: PlanArgs) -> Result<ExitCode, Failure> {
+    let table: TableRef = args.table.parse().context("--table").map_err(usage)?;
+    let config = load_config(&args.config)?;
+    let server = server_of(&config);
+    let host_name = config.clickhouse.host_name.clone();
+    let reach = crate::build::ConfigReach::new(config);
+    let topology = runtime()?
+        .block_on(chpart_protocol::cluster::plan(
+            &server, &reach, &table, &host_name,
+        ))
+        .map_err(|e| Failure::new(e.kind(), e))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&topology).expect("a topology serializes")
+        );
+    } else {
+        println!("{} ({})", topology.table, topology.engine);
+        if let (Some(cluster), Some(local)) = (&topology.cluster, &topology.local) {
+            println!(
+                "  cluster {cluster}, local table {local}, sharding key {} ({})",
+                topology.sharding_key.as_deref().unwrap_or("none"),
+                topology.key_type.as_deref().unwrap_or("?")
+            );
+            if let Some(routing) = &topology.routing {
+                println!("  shard of a row: {routing}");
+            }
+        }
+        for h in &topology.hosts {
+            println!(
+                "  shard {} weight {}: {} at {} ({}), filesystem {}",
+                h.shard_num,
+                h.weight,
+                h.host,
+                h.url,
+                h.version
+                    .as_deref()
+                    .map_or("server not reachable".to_owned(), |v| format!(
+                        "ClickHouse {v}"
+                    )),
+                if h.filesystem_reachable {
+                    "reachable"
+                } else {
+                    "NOT reachable"
+                }
+            );
+            for d in &h.disks {
+                println!(
+                    "    disk {}: data {}, staging {}",
+                    d.disk, d.data_path, d.staging_root
+                );
+            }
+            for p in &h.problems {
+                println!("    PROBLEM: {p}");
+            }
+        }
+        for p in &topology.problems {
+            println!("  PROBLEM: {p}");
+        }
+        if topology.ready() {
+            println!("  ready: a load can begin");
+        }
+    }
+    if topology.ready() {
+        Ok(exit::ok())
+    } else if topology
+        .hosts
+        .iter()
+        .any(|h| h.version.is_none() || !h.filesystem_reachable)
+    {
+        Err(Failure::new(
+            FailureKind::Retryable,
+            anyhow::anyhow!("{}: a host does not answer (see above)", topology.table),
+        ))
+    } else {
+        Err(Failure::new(
+            FailureKind::Permanent,
+            anyhow::anyhow!("{}: cannot be loaded as it is (see above)", topology.table),
+        ))
+    }
 }
 
 fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {

@@ -242,8 +242,15 @@ pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
             );
         }
         for shard in &l.shards {
+            let plan = match (shard.parts_planned, shard.rows) {
+                (Some(parts), Some(rows)) => format!(
+                    ": {parts} part(s), {rows} rows planned; {} attached, {} partition(s) published",
+                    shard.parts_attached, shard.partitions_published
+                ),
+                _ => String::new(),
+            };
             println!(
-                "  shard {} ({}): load {} {}",
+                "  shard {} ({}): load {} {}{plan}",
                 shard.shard_num, shard.host, shard.load, shard.state
             );
         }

@@ -901,6 +901,7 @@ fn build_cluster(
         }
         let line = ClusterManifest {
             load: spec.load.clone(),
+            attempt: req.attempt.clone(),
             shards: cluster
                 .shards
                 .iter()

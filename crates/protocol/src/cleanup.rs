@@ -669,6 +669,16 @@ pub struct ShardStatus {
     pub load: String,
     /// The sub-load's state.
     pub state: String,
+    /// ClickHouse partitions in its plan.
+    pub partitions: Option<usize>,
+    /// Parts in its plan.
+    pub parts_planned: Option<usize>,
+    /// Parts recorded attached.
+    pub parts_attached: usize,
+    /// Partitions recorded published (partition visibility).
+    pub partitions_published: usize,
+    /// Rows in its plan.
+    pub rows: Option<u64>,
 }
 
 /// One attempt as `status` shows it.
@@ -753,18 +763,58 @@ async fn load_status(
         }
         _ => Vec::new(),
     };
-    let shards = match view.spec.as_ref().and_then(|s| s.cluster.as_ref()) {
-        Some(cluster) => crate::cluster::shard_specs(places.ledger, cluster)
-            .await?
-            .into_iter()
-            .map(|(shard, _, state)| ShardStatus {
+    // A cluster load's plan and progress are its shards' sub-loads'.
+    let mut shards = Vec::new();
+    if let Some(cluster) = view.spec.as_ref().and_then(|s| s.cluster.as_ref()) {
+        for shard in &cluster.shards {
+            let sub = places.ledger.view(&shard.load, crate::KNOWN_KINDS).await?;
+            let plan = sub.plan().map_err(LedgerStoreError::from)?;
+            let progress = sub.progress().map_err(LedgerStoreError::from)?;
+            shards.push(ShardStatus {
                 shard_num: shard.shard_num,
-                host: shard.host,
+                host: shard.host.clone(),
                 load: shard.load.to_string(),
-                state: state.as_str().to_owned(),
-            })
+                state: sub.state.as_str().to_owned(),
+                partitions: plan.as_ref().map(|p| p.partitions.len()),
+                parts_planned: plan.as_ref().map(|p| p.parts.len()),
+                parts_attached: progress.attached.len(),
+                partitions_published: progress.published.len(),
+                rows: plan.as_ref().map(|p| p.total_rows),
+            });
+        }
+    }
+    let cluster_plan: Option<crate::cluster::ClusterPlan> = view
+        .body_of_kind(kind::CLUSTER_PLANNED)
+        .map_err(LedgerStoreError::from)?;
+    let sum = |f: fn(&ShardStatus) -> Option<u64>| -> Option<u64> {
+        shards
+            .iter()
+            .map(f)
+            .collect::<Option<Vec<u64>>>()
+            .map(|v| v.iter().sum())
+    };
+    let (partitions, parts_planned, rows, parts_attached) = if shards.is_empty() {
+        (
+            plan.as_ref().map(|p| p.partitions.len()),
+            plan.as_ref().map(|p| p.parts.len()),
+            plan.as_ref().map(|p| p.total_rows),
+            progress.attached.len(),
+        )
+    } else {
+        (
+            sum(|s| s.partitions.map(|n| n as u64)).map(|n| n as usize),
+            sum(|s| s.parts_planned.map(|n| n as u64)).map(|n| n as usize),
+            sum(|s| s.rows),
+            shards.iter().map(|s| s.parts_attached).sum(),
+        )
+    };
+    let winners = match &cluster_plan {
+        Some(plan) => plan
+            .winners
+            .iter()
+            .map(|(n, a)| (*n, a.to_string()))
             .collect(),
-        None => Vec::new(),
+        None => winners,
     };
     let spec = view.spec.as_ref();
     Ok(LoadStatus {
@@ -782,10 +832,10 @@ async fn load_status(
         duration_secs: spec
             .zip(finished_at)
             .map(|(s, f)| (f as f64 - s.opened_at_unix_ms as f64) / 1000.0),
-        partitions: plan.as_ref().map(|p| p.partitions.len()),
-        parts_planned: plan.as_ref().map(|p| p.parts.len()),
-        parts_attached: progress.attached.len(),
-        rows: plan.as_ref().map(|p| p.total_rows),
+        partitions,
+        parts_planned,
+        parts_attached,
+        rows,
         winners,
         attempts,
         gc_pending,
