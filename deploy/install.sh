@@ -9,11 +9,14 @@
 #     clickhouse-local (deploy/clickhouse-local) and as a server (deploy/clickhouse-server)
 #   - in the same .venv: pyspark==4.3.0 (needs Java 17: openjdk-17-jre-headless) and pytest for
 #     the Spark package and its end-to-end tests, and chpart_spark itself (deploy/spark, editable)
+#   - in the same .venv: moto[server]==5.2.5, a local S3 endpoint the tests use as an `s3` disk
+#     (crates/testenv/src/moto.rs)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHDB_VERSION="26.9.0"
 PYSPARK_VERSION="4.3.0"
 PYTEST_VERSION="9.2.0"
+MOTO_VERSION="5.2.5"
 
 say() { printf '[install] %s\n' "$*"; }
 
@@ -53,8 +56,13 @@ pinned() { "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(
 want=()
 pinned pyspark "$PYSPARK_VERSION" || want+=("pyspark==$PYSPARK_VERSION")
 pinned pytest "$PYTEST_VERSION" || want+=("pytest==$PYTEST_VERSION")
+# The [server] extra (Flask) is what moto's HTTP server needs; the version alone does not say
+# whether it was installed.
+if ! pinned moto "$MOTO_VERSION" || ! "$venv/bin/python" -c "import moto.server, flask, flask_cors" 2>/dev/null; then
+  want+=("moto[server]==$MOTO_VERSION")
+fi
 if [ ${#want[@]} -gt 0 ]; then
-  say "pip install ${want[*]} (pyspark: about 450 MB)"
+  say "pip install ${want[*]} (pyspark: about 450 MB, moto[server]: about 80 MB)"
   "$venv/bin/pip" install -q --disable-pip-version-check "${want[@]}"
 fi
 # chpart_spark from this checkout, editable (Spark's Python workers import it from the venv).
@@ -64,5 +72,6 @@ if ! "$venv/bin/python" -c "import chpart_spark, os, sys; sys.exit(os.path.realp
 fi
 say "ClickHouse engine: $("$root/deploy/clickhouse-local" --version)"
 say "Spark: pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)') on $(java -version 2>&1 | head -n1)"
+say "S3 endpoint: moto $("$venv/bin/python" -c 'import moto; print(moto.__version__)')"
 say "sshd: $(/usr/sbin/sshd -V 2>&1 | head -n1 || true)"
 say "done"

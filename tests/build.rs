@@ -63,6 +63,17 @@ impl<'a> Setup<'a> {
             .unwrap()
     }
 
+    /// Runs `chpart <args[0]> --config <this config> <args[1..]>`.
+    pub fn run(&self, args: &[&str]) -> Output {
+        chpart()
+            .arg(args[0])
+            .arg("--config")
+            .arg(&self.config)
+            .args(&args[1..])
+            .output()
+            .unwrap()
+    }
+
     pub fn build_cmd(&self, load: &str, attempt: &str, partition: u32) -> Command {
         let mut cmd = chpart();
         cmd.args(["build", "--config"]).arg(&self.config).args([

@@ -2,23 +2,12 @@
 //! an open load is touched, and late writers are fenced or collected.
 
 use std::path::Path;
-use std::process::Output;
 
 use chpart_core::{detached_part_name, AttemptId, LoadId, Manifest};
 use chpart_testenv::clickhouse::shared;
 
 use crate::build::{rows_select, write_rows, Setup};
-use crate::cli::{chpart, text};
-
-fn run(s: &Setup, args: &[&str]) -> Output {
-    chpart()
-        .arg(args[0])
-        .arg("--config")
-        .arg(&s.config)
-        .args(&args[1..])
-        .output()
-        .unwrap()
-}
+use crate::cli::text;
 
 fn build(s: &Setup, load: &str, attempt: &str, partition: u32, input: &Path) -> Manifest {
     let out = s
@@ -42,7 +31,7 @@ fn abort_removes_everything_and_fences_late_writers() {
     let m = build(&s, "ab-1", "app-a.0", 0, &input);
     assert_eq!(s.detached("events").len(), m.parts.len());
 
-    let out = run(&s, &["abort", "--load", "ab-1", "--json"]);
+    let out = s.run(&["abort", "--load", "ab-1", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         s.detached("events").is_empty(),
@@ -52,7 +41,7 @@ fn abort_removes_everything_and_fences_late_writers() {
         !ch.data_dir.join("chpart-staging/ab-1").exists(),
         "abort removes the staging"
     );
-    let again = run(&s, &["abort", "--load", "ab-1"]);
+    let again = s.run(&["abort", "--load", "ab-1"]);
     assert_eq!(
         again.status.code(),
         Some(0),
@@ -82,21 +71,18 @@ fn abort_removes_everything_and_fences_late_writers() {
     let m = build(&s, "ab-2", "app-b.0", 0, &input);
     let winners = s.dir.path().join("w.jsonl");
     std::fs::write(&winners, m.to_json_line()).unwrap();
-    let out = run(
-        &s,
-        &[
-            "commit",
-            "--load",
-            "ab-2",
-            "--winners",
-            winners.to_str().unwrap(),
-        ],
-    );
+    let out = s.run(&[
+        "commit",
+        "--load",
+        "ab-2",
+        "--winners",
+        winners.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // begin of a really committed load (plan and attach entries in its ledger) exits 5.
     let out = s.begin("ab-2", &["--visibility", "part"]);
     assert_eq!(out.status.code(), Some(5), "{}", text(&out));
-    let out = run(&s, &["abort", "--load", "ab-2"]);
+    let out = s.run(&["abort", "--load", "ab-2"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert!(text(&out).contains("committed"), "{}", text(&out));
     assert_eq!(
@@ -155,16 +141,13 @@ fn gc_removes_every_leftover_of_finished_loads_and_nothing_of_open_ones() {
                 .join("\n"),
         )
         .unwrap();
-        let out = run(
-            &s,
-            &[
-                "commit",
-                "--load",
-                load,
-                "--winners",
-                file.to_str().unwrap(),
-            ],
-        );
+        let out = s.run(&[
+            "commit",
+            "--load",
+            load,
+            "--winners",
+            file.to_str().unwrap(),
+        ]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     };
     commit("gc-1", &[&a[0], &b[1]]);
@@ -197,7 +180,7 @@ fn gc_removes_every_leftover_of_finished_loads_and_nothing_of_open_ones() {
     .unwrap();
 
     // status names winners and losers and what gc will remove.
-    let out = run(&s, &["status", "--load", "gc-1", "--json"]);
+    let out = s.run(&["status", "--load", "gc-1", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let attempts = status[0]["attempts"].as_array().unwrap();
@@ -223,7 +206,7 @@ fn gc_removes_every_leftover_of_finished_loads_and_nothing_of_open_ones() {
         pending.iter().any(|r| r["part"] == late_name.to_string()),
         "{pending:?}"
     );
-    let text_status = run(&s, &["status"]);
+    let text_status = s.run(&["status"]);
     assert!(
         text(&text_status).contains("WON") && text(&text_status).contains("lost"),
         "{}",
@@ -231,11 +214,11 @@ fn gc_removes_every_leftover_of_finished_loads_and_nothing_of_open_ones() {
     );
 
     let before = ch.q(&format!("SELECT count(), sum(id) FROM {}", s.table));
-    let dry = run(&s, &["gc", "--dry-run"]);
+    let dry = s.run(&["gc", "--dry-run"]);
     assert_eq!(dry.status.code(), Some(0), "{}", text(&dry));
     assert!(late_dir.exists(), "--dry-run changes nothing");
 
-    let out = run(&s, &["gc", "--json"]);
+    let out = s.run(&["gc", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // Every losing and late part of gc-1 is gone from detached/; only the open load's remain.
     let mut left = s.detached("events");
@@ -268,7 +251,7 @@ fn gc_removes_every_leftover_of_finished_loads_and_nothing_of_open_ones() {
         "gc changes no visible row"
     );
 
-    let again = run(&s, &["gc", "--json"]);
+    let again = s.run(&["gc", "--json"]);
     assert_eq!(again.status.code(), Some(0));
     let report: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(
@@ -278,7 +261,7 @@ fn gc_removes_every_leftover_of_finished_loads_and_nothing_of_open_ones() {
     );
 
     // --older-than reports the open load; with --abort-stale it aborts it.
-    let out = run(&s, &["gc", "--older-than", "0s", "--abort-stale", "--json"]);
+    let out = s.run(&["gc", "--older-than", "0s", "--abort-stale", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(

@@ -4,13 +4,12 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Output;
 
 use chpart_core::Manifest;
 use chpart_testenv::clickhouse::{ClickHouse, ServerOptions, JBOD_POLICY};
 
 use crate::build::{Setup, COLUMNS};
-use crate::cli::{chpart, text};
+use crate::cli::text;
 use crate::commit::{build_load, commit, expected_fingerprint, fingerprint_sql, winners_file};
 
 fn jbod_server() -> ClickHouse {
@@ -20,16 +19,21 @@ fn jbod_server() -> ClickHouse {
     })
 }
 
-/// A test's own table under the JBOD policy. Its merges are stopped, so the parts the load
-/// brings stay as they came and can be counted per disk.
+/// A test's own table under the JBOD policy.
 fn jbod_setup<'a>(server: &'a ClickHouse, name: &str) -> Setup<'a> {
+    policy_setup(server, name, JBOD_POLICY)
+}
+
+/// A test's own table `events` under the storage `policy`. Its merges are stopped, so the
+/// parts the load brings stay as they came and can be counted per disk.
+pub(crate) fn policy_setup<'a>(server: &'a ClickHouse, name: &str, policy: &str) -> Setup<'a> {
     let s = Setup::with_tables(
         server,
         name,
         COLUMNS,
         &format!(
             "ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id \
-             SETTINGS storage_policy = '{JBOD_POLICY}'"
+             SETTINGS storage_policy = '{policy}'"
         ),
         &["events"],
     );
@@ -37,18 +41,47 @@ fn jbod_setup<'a>(server: &'a ClickHouse, name: &str) -> Setup<'a> {
     s
 }
 
-fn run(s: &Setup, args: &[&str]) -> Output {
-    chpart()
-        .arg(args[0])
-        .arg("--config")
-        .arg(&s.config)
-        .args(&args[1..])
-        .output()
+/// The spec of the open load `load` (`begin` again with the same `begin_args`, which include
+/// `--json`), the disks it publishes to, and its publish table's name (without the database).
+pub(crate) fn open_spec(
+    s: &Setup,
+    load: &str,
+    begin_args: &[&str],
+) -> (serde_json::Value, Vec<String>, String) {
+    let out = s.begin(load, begin_args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let spec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let disks = spec["publish_disks"]
+        .as_array()
         .unwrap()
+        .iter()
+        .map(|d| d["disk"].as_str().unwrap().to_owned())
+        .collect();
+    let publish = spec["publish"].as_str().unwrap();
+    let publish = publish.rsplit('.').next().unwrap().to_owned();
+    (spec, disks, publish)
 }
 
-/// Every file under `dir` (recursively), for "nothing left" checks.
-fn files_under(dir: &Path) -> Vec<String> {
+/// Commits a load of three Spark partitions built by two attempts each (`build_load`) as
+/// Spark's collect() accepted them: attempt b in partitions 0 and 2, a in 1. Checks that
+/// exactly the 3000 rows of the source are visible.
+pub(crate) fn commit_mixed_winners(s: &Setup, load: &str, built: &[Vec<Manifest>]) {
+    let winners = [&built[0][1], &built[1][0], &built[2][1]];
+    let file = winners_file(s, "winners.jsonl", &winners);
+    let out = commit(s, load, &file, &["--partitions", "3", "--json"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["rows"], 3000, "{summary}");
+    let ch = s.db.server;
+    assert_eq!(
+        ch.q(&fingerprint_sql(&s.table)),
+        expected_fingerprint(ch, &[0, 1, 2]),
+        "every row of the winners once, none of the losers"
+    );
+}
+
+/// Every file under `dir` (recursively; none if it does not exist), for "nothing left" checks.
+pub(crate) fn files_under(dir: &Path) -> Vec<String> {
     walkdir::WalkDir::new(dir)
         .into_iter()
         .filter_map(Result::ok)
@@ -89,17 +122,7 @@ fn loads_on_two_disks_exactly_once(visibility: &str) {
     // Three Spark partitions of 1000 rows over two months each (two parts per attempt), each
     // built by two attempts: a loser and the winner, both published.
     let built = build_load(&s, &load, &begin, 3, &["app-a", "app-b"]);
-    let spec: serde_json::Value = {
-        let out = s.begin(&load, &begin);
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
-    let disks: Vec<&str> = spec["publish_disks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["disk"].as_str().unwrap())
-        .collect();
+    let (spec, disks, publish) = open_spec(&s, &load, &begin);
     assert_eq!(disks, ["d1", "d2"], "{spec}");
     // Each attempt spread its two parts over both disks, each staged on its own disk's
     // filesystem under <disk path>/chpart-staging.
@@ -116,13 +139,7 @@ fn loads_on_two_disks_exactly_once(visibility: &str) {
             );
         }
     }
-    let publish = spec["publish"]
-        .as_str()
-        .unwrap()
-        .rsplit('.')
-        .next()
-        .unwrap();
-    let (_, detached) = parts_by_disk(&ch, &s.db.name, publish);
+    let (_, detached) = parts_by_disk(&ch, &s.db.name, &publish);
     let names: Vec<&str> = detached
         .lines()
         .map(|l| l.split('\t').nth(1).unwrap())
@@ -135,18 +152,7 @@ fn loads_on_two_disks_exactly_once(visibility: &str) {
         "a name is on one disk only: {detached}"
     );
 
-    // Spark's collect() accepted attempt b in partitions 0 and 2, a in 1.
-    let winners = [&built[0][1], &built[1][0], &built[2][1]];
-    let file = winners_file(&s, "winners.jsonl", &winners);
-    let out = commit(&s, &load, &file, &["--partitions", "3", "--json"], None);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(summary["rows"], 3000, "{summary}");
-    assert_eq!(
-        ch.q(&fingerprint_sql(&s.table)),
-        expected_fingerprint(&ch, &[0, 1, 2]),
-        "every row of the winners once, none of the losers"
-    );
+    commit_mixed_winners(&s, &load, &built);
     let (active, _) = parts_by_disk(&ch, &s.db.name, "events");
     assert_eq!(
         active, "d1\t3\nd2\t3\n",
@@ -155,7 +161,7 @@ fn loads_on_two_disks_exactly_once(visibility: &str) {
 
     // gc removes the losers' parts from both disks' detached/ (part visibility) or the shadow
     // (partition visibility), and the staging on both disks.
-    let out = run(&s, &["gc", "--json"]);
+    let out = s.run(&["gc", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let (_, detached) = parts_by_disk(&ch, &s.db.name, "events");
     assert_eq!(detached, "", "nothing left in detached/ on any disk");
@@ -167,7 +173,7 @@ fn loads_on_two_disks_exactly_once(visibility: &str) {
             root.display()
         );
     }
-    let status = run(&s, &["status", "--load", &load, "--json"]);
+    let status = s.run(&["status", "--load", &load, "--json"]);
     assert_eq!(status.status.code(), Some(0), "{}", text(&status));
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status[0]["gc_pending"], serde_json::json!([]), "{status}");
@@ -194,7 +200,7 @@ fn abort_removes_the_load_from_every_disk() {
     let built = build_load(&s, "jbod-ab", &["--visibility", "part"], 2, &["app-a"]);
     let all: Vec<&Manifest> = built.iter().flatten().collect();
     assert_eq!(disks_used(&all).len(), 2);
-    let out = run(&s, &["abort", "--load", "jbod-ab", "--json"]);
+    let out = s.run(&["abort", "--load", "jbod-ab", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let (active, detached) = parts_by_disk(&ch, &s.db.name, "events");
     assert_eq!((active.as_str(), detached.as_str()), ("", ""));
@@ -237,7 +243,7 @@ fn a_staging_root_configured_for_a_disk_is_used_for_that_disk() {
     let file = winners_file(&s, "w.jsonl", &[m]);
     let out = commit(&s, "jbod-roots", &file, &[], None);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let out = run(&s, &["gc"]);
+    let out = s.run(&["gc"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(files_under(&root).is_empty());
 }

@@ -13,4 +13,5 @@ mod engines;
 mod launcher;
 mod recover;
 mod replace;
+mod s3;
 mod smoke;

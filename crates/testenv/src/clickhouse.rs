@@ -1,7 +1,8 @@
 //! The ClickHouse 26.9 engine as a server for tests (`deploy/clickhouse-server serve`).
 //!
 //! [`ServerOptions`] say how: the loopback address to listen on, fixed ports, extra config
-//! (a cluster's `<remote_servers>`), the OS user, the time zone, a JBOD storage policy.
+//! (a cluster's `<remote_servers>`), the OS user, the time zone, a JBOD storage policy, a tiered
+//! storage policy whose second volume is an `s3` disk (on a [`crate::moto::Moto`] endpoint).
 //!
 //! The server blocks reading its stdin pipe, which this harness holds: dropping the handle
 //! closes the pipe (a clean shutdown) and a test process that dies closes it too, so no server
@@ -15,6 +16,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::moto::S3Disk;
 use crate::{deploy_script, free_port_on, log_tail, require_engine, scratch_dir, wait_until};
 
 /// How long a server may take to answer `/ping` (the engine loads in about a second; CI is slow).
@@ -24,6 +26,20 @@ const START_ATTEMPTS: u32 = 3;
 
 /// The storage policy [`ServerOptions::jbod`] adds: one volume of two local disks, `d1` and `d2`.
 pub const JBOD_POLICY: &str = "jbod";
+
+/// The storage policy [`ServerOptions::tiered_s3`] adds: volume `hot` (the local disk
+/// [`HOT_DISK`]) first, then volume `cold` (the `s3` disk [`COLD_DISK`]).
+pub const TIERED_POLICY: &str = "tiered";
+
+/// The storage policy [`ServerOptions::tiered_s3`] adds whose only volume is the `s3` disk
+/// [`COLD_DISK`]: no local disk at all.
+pub const S3ONLY_POLICY: &str = "s3only";
+
+/// The local disk of [`TIERED_POLICY`]'s first volume.
+pub const HOT_DISK: &str = "hot";
+
+/// The `s3` disk of [`TIERED_POLICY`]'s second volume and of [`S3ONLY_POLICY`].
+pub const COLD_DISK: &str = "cold";
 
 /// How to start a server. `ServerOptions::default()` is what [`ClickHouse::start`]`(None)` does:
 /// 127.0.0.1, fresh ports, the test's own user and time zone, the default disk only.
@@ -46,6 +62,11 @@ pub struct ServerOptions {
     /// Adds the storage policy [`JBOD_POLICY`] of two local disks `d1` and `d2`, whose
     /// directories ([`ClickHouse::disks`]) are made next to the data directory.
     pub jbod: bool,
+    /// Adds the storage policies [`TIERED_POLICY`] (local disk [`HOT_DISK`], whose directory
+    /// ([`ClickHouse::hot_disk`]) is made next to the data directory, then the `s3` disk
+    /// [`COLD_DISK`] on this endpoint) and [`S3ONLY_POLICY`] (the `s3` disk only). The `s3`
+    /// disk's metadata (the files that point at objects) lives under the data directory.
+    pub tiered_s3: Option<S3Disk>,
 }
 
 /// A running ClickHouse server on a loopback address, stopped on drop.
@@ -61,6 +82,9 @@ pub struct ClickHouse {
     /// Directories of the [`JBOD_POLICY`] disks `d1` and `d2` (empty without
     /// [`ServerOptions::jbod`]).
     pub disks: Vec<PathBuf>,
+    /// Directory of the [`TIERED_POLICY`]'s local disk [`HOT_DISK`] (`None` without
+    /// [`ServerOptions::tiered_s3`]).
+    pub hot_disk: Option<PathBuf>,
     /// OS user the server runs as (`None`: the test's own user).
     pub user: Option<String>,
     /// The server's time zone (its `TZ`) when not the machine's.
@@ -111,8 +135,9 @@ impl ClickHouse {
         ClickHouse::start_in_with(data_dir, run_dir, options)
     }
 
-    /// Starts a server with `options` on existing (or new) directories; the [`JBOD_POLICY`]
-    /// disks, if any, are `disk-d1/` and `disk-d2/` next to `data_dir`.
+    /// Starts a server with `options` on existing (or new) directories; the local disks of the
+    /// [`JBOD_POLICY`] and [`TIERED_POLICY`], if any, are `<data_dir>-disk-d1/`,
+    /// `<data_dir>-disk-d2/` and `<data_dir>-disk-hot/` next to `data_dir`.
     pub fn start_in_with(data_dir: &Path, run_dir: &Path, options: ServerOptions) -> ClickHouse {
         require_engine();
         // Fresh ports were free a moment ago; another process may take one before the server
@@ -166,14 +191,23 @@ impl ClickHouse {
             cmd.args(["--user", user]);
         }
         let disks = if options.jbod {
-            jbod_disks(data_dir, ids)
+            local_disks(data_dir, &["d1", "d2"], ids)
         } else {
             Vec::new()
         };
+        let hot_disk = options
+            .tiered_s3
+            .as_ref()
+            .map(|_| local_disks(data_dir, &[HOT_DISK], ids).remove(0));
         let mut extra = options.config_extra.clone().unwrap_or_default();
+        let mut storage = StorageXml::default();
         if options.jbod {
-            extra.push_str(&jbod_storage_xml(&disks[0], &disks[1]));
+            storage = storage.jbod(&disks[0], &disks[1]);
         }
+        if let (Some(s3), Some(hot)) = (&options.tiered_s3, &hot_disk) {
+            storage = storage.tiered(hot, &data_dir.join("disks").join(COLD_DISK), s3);
+        }
+        extra.push_str(&storage.to_xml());
         if !extra.is_empty() {
             let path = run_dir.join("config-extra.xml");
             std::fs::write(&path, extra)
@@ -191,6 +225,7 @@ impl ClickHouse {
             tcp_port,
             data_dir: data_dir.to_path_buf(),
             disks,
+            hot_disk,
             user: options.user.clone(),
             tz: options.tz.clone(),
             options: options.clone(),
@@ -384,14 +419,14 @@ impl Drop for TestDb<'_> {
     }
 }
 
-/// The [`JBOD_POLICY`] disk directories for a server on `data_dir`: made if missing, owned by
-/// `owner` (uid, gid) when the server runs as another user.
-fn jbod_disks(data_dir: &Path, owner: Option<(u32, u32)>) -> Vec<PathBuf> {
+/// Directories for the local disks `names` of a server on `data_dir` (`<data_dir>-disk-<name>`):
+/// made if missing, owned by `owner` (uid, gid) when the server runs as another user.
+fn local_disks(data_dir: &Path, names: &[&str], owner: Option<(u32, u32)>) -> Vec<PathBuf> {
     let name = data_dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    ["d1", "d2"]
+    names
         .iter()
         .map(|disk| {
             let dir = data_dir.with_file_name(format!("{name}-disk-{disk}"));
@@ -406,20 +441,73 @@ fn jbod_disks(data_dir: &Path, owner: Option<(u32, u32)>) -> Vec<PathBuf> {
         .collect()
 }
 
+/// One `<storage_configuration>` (the engine reads a single one) built from the disks and
+/// policies of each option that asks for some.
+#[derive(Default)]
+struct StorageXml {
+    disks: String,
+    policies: String,
+}
+
+impl StorageXml {
+    /// Local disks `d1`, `d2` in the one volume of [`JBOD_POLICY`].
+    fn jbod(mut self, d1: &Path, d2: &Path) -> StorageXml {
+        self.disks.push_str(&format!(
+            "<d1><path>{}/</path></d1><d2><path>{}/</path></d2>",
+            d1.display(),
+            d2.display()
+        ));
+        self.policies.push_str(&format!(
+            "<{JBOD_POLICY}><volumes><main><disk>d1</disk><disk>d2</disk></main></volumes>\
+             </{JBOD_POLICY}>"
+        ));
+        self
+    }
+
+    /// The local disk [`HOT_DISK`] at `hot` and the `s3` disk [`COLD_DISK`] on `s3` (its
+    /// metadata under `metadata`), in [`TIERED_POLICY`] and [`S3ONLY_POLICY`].
+    fn tiered(mut self, hot: &Path, metadata: &Path, s3: &S3Disk) -> StorageXml {
+        self.disks.push_str(&format!(
+            "<{HOT_DISK}><path>{}/</path></{HOT_DISK}>\
+             <{COLD_DISK}><type>s3</type><endpoint>{}</endpoint>\
+             <access_key_id>{}</access_key_id><secret_access_key>{}</secret_access_key>\
+             <metadata_path>{}/</metadata_path></{COLD_DISK}>",
+            hot.display(),
+            s3.endpoint,
+            s3.access_key_id,
+            s3.secret_access_key,
+            metadata.display()
+        ));
+        self.policies.push_str(&format!(
+            "<{TIERED_POLICY}><volumes><hot><disk>{HOT_DISK}</disk></hot>\
+             <cold><disk>{COLD_DISK}</disk></cold></volumes></{TIERED_POLICY}>\
+             <{S3ONLY_POLICY}><volumes><main><disk>{COLD_DISK}</disk></main></volumes>\
+             </{S3ONLY_POLICY}>"
+        ));
+        self
+    }
+
+    /// The `<storage_configuration>` element, or nothing when no option asked for disks.
+    fn to_xml(&self) -> String {
+        if self.disks.is_empty() {
+            return String::new();
+        }
+        format!(
+            "<storage_configuration><disks>{}</disks><policies>{}</policies>\
+             </storage_configuration>\n",
+            self.disks, self.policies
+        )
+    }
+}
+
 /// `<storage_configuration>` with two local disks `d1`, `d2` in one volume of policy
 /// [`JBOD_POLICY`] (parts are spread round-robin; each disk has its own `detached/`).
 pub fn jbod_storage_xml(d1: &Path, d2: &Path) -> String {
-    format!(
-        "<storage_configuration><disks><d1><path>{}/</path></d1><d2><path>{}/</path></d2></disks>\
-         <policies><{JBOD_POLICY}><volumes><main><disk>d1</disk><disk>d2</disk></main></volumes>\
-         </{JBOD_POLICY}></policies></storage_configuration>\n",
-        d1.display(),
-        d2.display()
-    )
+    StorageXml::default().jbod(d1, d2).to_xml()
 }
 
 /// A minimal HTTP/1.1 exchange (Connection: close): status code and body.
-fn http(
+pub(crate) fn http(
     host: Ipv4Addr,
     port: u16,
     method: &str,

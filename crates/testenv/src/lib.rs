@@ -2,11 +2,13 @@
 //!
 //! Every real-component test gets its own ports and directories, so tests run in parallel:
 //! - [`clickhouse::ClickHouse`]: the ClickHouse 26.9 engine (chdb-core) as an HTTP server on
-//!   a loopback address, optionally as a dedicated OS user, with extra config or a JBOD
-//!   storage policy ([`clickhouse::ServerOptions`]); [`clickhouse::shared`] is one server per test
-//!   process and [`clickhouse::TestDb`] a fresh database per test on it.
+//!   a loopback address, optionally as a dedicated OS user, with extra config, a JBOD storage
+//!   policy or a tiered one with an `s3` disk ([`clickhouse::ServerOptions`]);
+//!   [`clickhouse::shared`] is one server per test process and [`clickhouse::TestDb`] a fresh
+//!   database per test on it.
 //! - [`sshd::Sshd`]: OpenSSH sshd on 127.0.0.1 (or another loopback address) with keys and
 //!   `known_hosts` made per run.
+//! - [`moto::Moto`]: moto's S3 server on 127.0.0.1, a bucket per test, for `s3` disks.
 //! - [`cluster::Cluster`]: several servers forming one ClickHouse cluster (one shard each,
 //!   each on its own loopback address, optionally with an sshd per "host").
 //!
@@ -18,6 +20,7 @@
 
 pub mod clickhouse;
 pub mod cluster;
+pub mod moto;
 pub mod sshd;
 
 use std::collections::HashSet;
