@@ -196,9 +196,6 @@ fn a_table_with_no_local_disk_is_refused_with_part_visibility() {
 }
 
 #[test]
-#[ignore = "begin creates the shadow table before it resolves the disks, so a refused begin \
-            leaves `<table>__chpart_<hash>` behind (crates/protocol/src/begin.rs: resolve the \
-            target's disks before CREATE TABLE ... AS)"]
 fn a_table_with_no_local_disk_is_refused_with_partition_visibility() {
     no_local_disk_is_refused_and_nothing_is_written("partition");
 }

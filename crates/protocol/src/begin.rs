@@ -242,6 +242,9 @@ pub async fn begin_on(
         });
     }
 
+    // Refused before anything is created: a table whose policy has no local disk to stage
+    // on (the shadow, made `AS` the target, would have the same policy).
+    let target_disks = resolve_disks(server, &req.target, &target_snapshot, &req.staging).await?;
     let (publish, publish_snapshot) = match req.visibility {
         Visibility::Part => (req.target.clone(), target_snapshot.clone()),
         Visibility::Partition => {
@@ -278,7 +281,11 @@ pub async fn begin_on(
         }
     };
 
-    let publish_disks = resolve_disks(server, &publish, &publish_snapshot, &req.staging).await?;
+    let publish_disks = if publish == req.target {
+        target_disks
+    } else {
+        resolve_disks(server, &publish, &publish_snapshot, &req.staging).await?
+    };
     let server_version = server.version().await?;
     if let Some(local) = &req.clickhouse_local_version {
         // Only executors build; this host's clickhouse-local is a hint that theirs may be newer.
