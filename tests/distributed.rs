@@ -452,3 +452,47 @@ fn an_unreachable_shard_stops_begin_and_commit_before_anything_is_visible() {
     }
     assert_eq!(s.leftovers(), Vec::<String>::new());
 }
+
+#[test]
+fn plan_shows_the_topology_and_names_a_host_that_does_not_answer() {
+    let mut s = ClusterSetup::new("dist_plan", &[1, 2, 3], "toInt32(id) - 1500");
+    let out = s.run(&["plan", "--table", "db.events", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["cluster"], "dist_plan", "{plan}");
+    assert_eq!(plan["key_type"], "Int64", "{plan}");
+    assert_eq!(
+        plan["routing"],
+        "multiIf(reinterpretAsUInt64(toInt32(id) - 1500) % 6 < 1, 1, reinterpretAsUInt64(toInt32(id) - 1500) % 6 < 3, 2, 3)",
+        "{plan}"
+    );
+    let hosts = plan["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 3);
+    for (host, node) in hosts.iter().zip(&s.cluster.nodes) {
+        assert_eq!(host["host"], node.address.to_string(), "{plan}");
+        assert_eq!(host["weight"], node.weight, "{plan}");
+        assert_eq!(host["filesystem_reachable"], true, "{plan}");
+        assert_eq!(host["problems"], serde_json::json!([]), "{plan}");
+        let staging = host["disks"][0]["staging_root"].as_str().unwrap();
+        assert_eq!(
+            staging,
+            node.data_dir().join("chpart-staging").to_str().unwrap(),
+            "[[hosts]] staging roots: {plan}"
+        );
+    }
+    // Nothing was written: no ledger, no shadow.
+    for node in &s.cluster.nodes {
+        assert_eq!(
+            node.server
+                .q("SELECT count() FROM system.tables WHERE name LIKE '%chpart%'"),
+            "0\n"
+        );
+    }
+    // A shard down: exit 3, the shard named; the text form says so too.
+    s.cluster.nodes[1].server.stop();
+    let out = s.run(&["plan", "--table", "db.events"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let shown = text(&out);
+    assert!(shown.contains("shard 2 weight 2"), "{shown}");
+    assert!(shown.contains("PROBLEM"), "{shown}");
+}

@@ -1156,3 +1156,155 @@ pub async fn plan(
     }
     Ok(topology)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chpart_core::manifest::Target;
+
+    fn cluster() -> ClusterSpec {
+        ClusterSpec {
+            cluster: "c".into(),
+            local: "db.local".parse().unwrap(),
+            sharding_key: Some("id".into()),
+            key_type: Some("UInt64".into()),
+            shards: (1..=2)
+                .map(|n| ShardSpec {
+                    shard_num: n,
+                    weight: 1,
+                    host: format!("ch-{n}"),
+                    url: format!("http://ch-{n}:8123"),
+                    load: shard_load(&"L".parse().unwrap(), n).unwrap(),
+                })
+                .collect(),
+        }
+    }
+
+    fn attempt(id: &str, partition: u32) -> Attempt {
+        Attempt {
+            id: id.parse().unwrap(),
+            partition,
+            stage: None,
+            stage_attempt: None,
+            attempt_number: None,
+        }
+    }
+
+    /// A shard manifest without parts (valid on its own) of `load` by `attempt`.
+    fn manifest(load: &str, attempt: Attempt) -> Manifest {
+        let staging = format!("/staging/{load}/{}", attempt.id);
+        Manifest {
+            load: load.parse().unwrap(),
+            attempt,
+            target: Target {
+                database: "db".parse().unwrap(),
+                table: "local".parse().unwrap(),
+                host: "ch".into(),
+                disk: "default".into(),
+                data_path: "/var/lib/clickhouse/store/abc/abcd".parse().unwrap(),
+                staging_dir: staging.parse().unwrap(),
+                other_disks: Vec::new(),
+            },
+            table_fingerprint: format!("sha256:{}", "cd".repeat(32)).parse().unwrap(),
+            clickhouse_local_version: "26.9.2.1".into(),
+            source_rows: 0,
+            ttl_removed_rows: 0,
+            created_at_unix_ms: 1,
+            parts: Vec::new(),
+        }
+    }
+
+    fn line(edit: impl FnOnce(&mut ClusterManifest)) -> String {
+        let a = attempt("app.1", 0);
+        let mut m = ClusterManifest {
+            load: "L".parse().unwrap(),
+            attempt: a.clone(),
+            shards: [
+                (1, manifest("L.shard1", a.clone())),
+                (2, manifest("L.shard2", a)),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        edit(&mut m);
+        m.to_json_line()
+    }
+
+    /// (case, the line, None if it reads back, else a substring of the error)
+    #[test]
+    fn cluster_manifest_table() {
+        let rows: Vec<(&str, String, Option<&str>)> = vec![
+            ("as built", line(|_| {}), None),
+            (
+                "a shard missing",
+                line(|m| {
+                    m.shards.remove(&2);
+                }),
+                Some("shard 2 has no manifest"),
+            ),
+            (
+                "a shard the cluster does not have",
+                line(|m| {
+                    let extra = manifest("L.shard3", m.attempt.clone());
+                    m.shards.insert(3, extra);
+                }),
+                Some("shard 3 is not a shard of cluster c"),
+            ),
+            (
+                "another shard's manifest in its place (a forged line)",
+                line(|m| {
+                    let other = manifest("L.shard1", m.attempt.clone());
+                    m.shards.insert(2, other);
+                }),
+                Some("shard 2: manifest of load L.shard1, not of L.shard2"),
+            ),
+            (
+                "another attempt's manifest on one shard",
+                line(|m| {
+                    let other = manifest("L.shard2", attempt("app.9", 0));
+                    m.shards.insert(2, other);
+                }),
+                Some("shard 2: manifest of attempt app.9"),
+            ),
+            (
+                "another partition on one shard",
+                line(|m| {
+                    let other = manifest("L.shard2", attempt("app.1", 5));
+                    m.shards.insert(2, other);
+                }),
+                Some("(partition 5), but the line is attempt app.1's (partition 0)"),
+            ),
+            (
+                "a single-table manifest",
+                manifest("L", attempt("app.1", 0)).to_json_line(),
+                Some("not a cluster manifest"),
+            ),
+            ("not JSON", "{\"format\":".into(), Some("not JSON")),
+        ];
+        for (case, text, want) in rows {
+            let got = ClusterManifest::from_json(&text, &cluster());
+            match (got, want) {
+                (Ok(m), None) => {
+                    assert_eq!(m.to_json_line(), text, "{case}: round trip");
+                    assert_eq!(m.shards.len(), 2, "{case}");
+                }
+                (Err(e), Some(want)) => assert!(e.contains(want), "{case}: {e}"),
+                (got, want) => panic!("{case}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn sub_load_ids() {
+        let load: LoadId = "events-2026-12-01T09".parse().unwrap();
+        assert_eq!(
+            shard_load(&load, 3).unwrap().as_str(),
+            "events-2026-12-01T09.shard3"
+        );
+        let long: LoadId = "x".repeat(127).parse().unwrap();
+        assert!(
+            shard_load(&long, 1).is_err(),
+            "an id over 128 characters is refused"
+        );
+    }
+}
