@@ -17,10 +17,20 @@ use anyhow::{bail, Context};
 
 /// POSTs the file at `path` as the body of `query` to the server's HTTP port on 127.0.0.1.
 pub fn post_file(port: u16, query: &str, path: &Path) -> anyhow::Result<()> {
+    post_file_to(std::net::Ipv4Addr::LOCALHOST, port, query, path)
+}
+
+/// [`post_file`] to a server on the loopback address `host` (a node of a test cluster).
+pub fn post_file_to(
+    host: std::net::Ipv4Addr,
+    port: u16,
+    query: &str,
+    path: &Path,
+) -> anyhow::Result<()> {
     let mut file = File::open(path).with_context(|| format!("open {}", path.display()))?;
     let length = file.metadata()?.len();
-    let mut stream = TcpStream::connect(("127.0.0.1", port))
-        .with_context(|| format!("connect to the server on 127.0.0.1:{port}"))?;
+    let mut stream = TcpStream::connect((host, port))
+        .with_context(|| format!("connect to the server on {host}:{port}"))?;
     // An INSERT of millions of rows answers only when it is done.
     stream.set_read_timeout(Some(Duration::from_secs(3600)))?;
     write!(

@@ -18,6 +18,7 @@
 
 pub mod build;
 pub mod chpart;
+pub mod cluster;
 pub mod commit;
 pub mod events;
 pub mod gen;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use chpart_bench::build::{self, BuildOptions};
+use chpart_bench::cluster::{self, ClusterOptions};
 use chpart_bench::commit::{self, CommitOptions, Transport};
 use chpart_bench::gen::{self, GenOptions};
 use chpart_bench::{events, interrupt};
@@ -126,6 +127,35 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         work_dir: Option<PathBuf>,
     },
+    /// Loads into a Distributed table over several shards (servers on loopback): chpart vs
+    /// INSERT through the Distributed engine (wall time, the servers' CPU per GB summed over
+    /// shards), and the commit time of many parts over N shards vs one shard.
+    Cluster {
+        /// Rows of the load comparison.
+        #[arg(long, default_value_t = 2_000_000)]
+        rows: u64,
+        /// Shards (one server each).
+        #[arg(long, default_value_t = 3)]
+        shards: u32,
+        /// Tasks (input files and builds) of the load comparison.
+        #[arg(long, default_value_t = 4)]
+        tasks: usize,
+        /// About this many parts in the commit comparison.
+        #[arg(long, default_value_t = 1000)]
+        parts: u32,
+        /// Seed of the row stream.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// The first hour (UTC) of events, as YYYY-MM-DDTHH.
+        #[arg(long, default_value = "2026-11-30T09")]
+        hour: String,
+        /// The chpart binary [default: chpart next to chpart-bench].
+        #[arg(long, value_name = "PATH")]
+        chpart: Option<PathBuf>,
+        /// Where the benchmark's directory is made [default: the system temp directory].
+        #[arg(long, value_name = "DIR")]
+        work_dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -207,6 +237,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             no_partition_visibility,
             no_cpu,
             keep,
+            chpart,
+            work_dir,
+        })?,
+        Cmd::Cluster {
+            rows,
+            shards,
+            tasks,
+            parts,
+            seed,
+            hour,
+            chpart,
+            work_dir,
+        } => cluster::run(&ClusterOptions {
+            rows,
+            shards,
+            tasks,
+            parts,
+            seed,
+            hour_start_secs: gen::parse_hour(&hour)?,
             chpart,
             work_dir,
         })?,

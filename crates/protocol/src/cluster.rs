@@ -701,20 +701,32 @@ pub async fn commit_cluster(
         visibility: req.visibility,
         prepare_only,
     };
+    // Each shard's commit is a task of its own: its filesystem calls block (block_in_place),
+    // and one shard's must not hold up the others'.
     let run = |prepare_only: bool| {
-        join_all(envs.iter().map(|env| {
-            let request = request(env.shard.shard_num, prepare_only);
-            async move {
-                let commit_env = CommitEnv {
-                    ledger,
-                    server: &env.server,
-                    fs: env.fs.as_ref(),
-                    staging: env.staging.clone(),
-                };
-                commit(&commit_env, request)
-                    .await
-                    .map_err(|e| on_shard(&env.shard, e))
-            }
+        let tasks: Vec<_> = envs
+            .iter()
+            .map(|env| {
+                let request = request(env.shard.shard_num, prepare_only);
+                let (ledger, shard) = (ledger.clone(), env.shard.clone());
+                let (server, fs, staging) =
+                    (env.server.clone(), env.fs.clone(), env.staging.clone());
+                tokio::spawn(async move {
+                    let commit_env = CommitEnv {
+                        ledger: &ledger,
+                        server: &server,
+                        fs: fs.as_ref(),
+                        staging,
+                    };
+                    commit(&commit_env, request)
+                        .await
+                        .map_err(|e| on_shard(&shard, e))
+                })
+            })
+            .collect();
+        join_all(tasks.into_iter().map(|task| async move {
+            task.await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
         }))
     };
     // Phase 1: every shard checks its winners, tables and parts and records its plan; nothing
