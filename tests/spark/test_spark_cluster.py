@@ -8,8 +8,6 @@ parts on that shard's host and prints one cluster manifest, which is what Spark 
 so what is checked per shard is what a single server's test checks for its table.
 """
 
-import pytest
-
 import chpart_spark
 from cluster_fixture import LOCAL_TABLE, TABLE, TWIN_LOCAL_TABLE, TWIN_TABLE, three_shard_cluster  # noqa: F401
 from helpers import assert_exactly_once, assert_winners_and_losers, load_status
