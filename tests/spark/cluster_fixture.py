@@ -62,6 +62,12 @@ class Node(ClickHouse):
         self.url = f"http://{address}:{self.http_port}"
         self.config_extra = base / "config-extra.xml"
 
+    def restart(self):
+        """Starts the (stopped) server again on its address and ports, with its data."""
+        out = subprocess.run(self.start_command(), capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            _fail(f"restarting shard {self.shard_num}: {out.stdout}\n{out.stderr}")
+
     def start_command(self):
         return [str(ROOT / "deploy" / "clickhouse-server"), "start", "--data", str(self.data_dir), "--run-dir",
                 str(self.run_dir), "--http-port", str(self.http_port), "--tcp-port", str(self.tcp_port),

@@ -8,7 +8,14 @@ parts on that shard's host and prints one cluster manifest, which is what Spark 
 so what is checked per shard is what a single server's test checks for its table.
 """
 
+import json
+import os
+
+import pytest
+
 import chpart_spark
+from conftest import ROOT
+from datasets import events
 from cluster_fixture import LOCAL_TABLE, TABLE, TWIN_LOCAL_TABLE, TWIN_TABLE, three_shard_cluster  # noqa: F401
 from helpers import assert_exactly_once, assert_winners_and_losers, load_status
 from scenarios import check_zombie_run, run_scenario, source_of
@@ -121,3 +128,61 @@ def test_stage_retry_with_zombies_into_a_distributed_table(three_shard_cluster, 
     assert_exactly_once(cluster.entry, TABLE, source)
     for node in cluster.nodes:
         assert int(node.scalar(f"SELECT count() FROM {LOCAL_TABLE}")) == per_shard[node.shard_num]
+
+
+def stop_before_first_commit(tmp_path, chpart_bin, node):
+    """A chpart stand-in that runs the real chpart, but stops `node`'s server before the first
+    `chpart commit` (once, marked by a directory created atomically)."""
+    path = tmp_path / "chpart-stop-before-commit"
+    marker = tmp_path / "stopped-before-commit"
+    path.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = commit ] && mkdir "{marker}" 2>/dev/null; then\n'
+        f'  "{ROOT / "deploy" / "clickhouse-server"}" stop --run-dir "{node.run_dir}" >&2\n'
+        "fi\n"
+        f'exec "{chpart_bin}" "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_rerun_after_a_shard_was_down_at_commit_resumes_the_recorded_plan(three_shard_cluster, spark, chpart_bin,
+                                                                          tmp_path):
+    """write() whose commit finds shard 3 down: the commit records the cluster plan (the
+    winners), prepares shards 1 and 2, stops at shard 3 with nothing visible anywhere, and
+    write() raises CommitError (retryable, retried, still down). Shard 3 comes back and the same
+    write() is run again: it must finish the recorded plan from the ledger (no Spark job: a new
+    job's winners would conflict with the recorded ones), exactly once, every row where
+    ClickHouse routes it."""
+    cluster = three_shard_cluster
+    plan = cluster.plan(chpart_bin)
+    down = cluster.node(3)
+    load = "shard-down-load"
+    df = events(spark, rows=20_000, partitions=4)
+    source = chpart_spark.spark_checksum(df)
+
+    with pytest.raises(chpart_spark.CommitError) as failed:
+        chpart_spark.write(df, table=TABLE, load_id=load, config=cluster.config,
+                           chpart=stop_before_first_commit(tmp_path, chpart_bin, down))
+    assert failed.value.exit_code == 3 and "shard 3" in str(failed.value), failed.value
+    with open(failed.value.winners_path) as f:
+        collected = sorted((json.loads(line)["attempt"]["partition"], json.loads(line)["attempt"]["id"])
+                           for line in f if line.strip())
+    os.unlink(failed.value.winners_path)  # kept by write() for a manual resume; not needed
+    assert [p for p, _ in collected] == [0, 1, 2, 3], collected
+    for node in cluster.nodes[:2]:
+        assert node.scalar(f"SELECT count() FROM {LOCAL_TABLE}") == "0", f"rows visible on shard {node.shard_num}"
+    # What a re-run sees: the cluster plan's winners are recorded, shard 3 has no plan yet.
+    entry = load_status(cluster.config, chpart_bin, load)
+    assert entry["state"] == "open" and entry["decision"] is None, entry
+    assert sorted(map(tuple, entry["winners"])) == collected, entry
+    assert [s["parts_planned"] is not None for s in entry["shards"]] == [True, True, False], entry
+
+    down.restart()
+    summary = chpart_spark.write(df, table=TABLE, load_id=load, config=cluster.config, chpart=chpart_bin)
+    assert summary["resumed"] is True and summary["seconds"]["job"] == 0.0, summary
+    assert sorted(map(tuple, summary["winners"])) == collected, summary
+    assert summary["rows"] == source.rows, summary
+    assert_exactly_once(cluster.entry, TABLE, source)
+    assert_rows_where_clickhouse_routes_them(cluster, plan, source.rows)
+    assert_cluster_gc_leaves_nothing(cluster, chpart_bin, load)
+    assert_exactly_once(cluster.entry, TABLE, source)
