@@ -283,7 +283,7 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
         done.update(spark_partitions=None, application_id=app_id, resumed=False, already_committed=True,
                     seconds={"begin": time.monotonic() - t, "job": 0.0, "commit": 0.0, "total": time.monotonic() - t0})
         return done
-    if status is not None and status.get("state") == "open" and status.get("parts_planned") is not None:
+    if status is not None and status.get("state") == "open" and _planned(status):
         # An earlier run's commit recorded its plan (with the winners' manifests) and did not
         # finish: finish it from the ledger; running the job again would bring other winners.
         log.info("load %s: an earlier commit recorded its plan; resuming it from the ledger (no Spark job)", load_id)
@@ -377,6 +377,17 @@ def _load_status(*, chpart, config, load_id, extra_env):
     """The load's entry of `chpart status --json`, or None if it was never begun."""
     loads = _cli.run_json(chpart, "status", ["--load", load_id], config, extra_env, context=f"load {load_id}")
     return next((entry for entry in loads if entry.get("load") == load_id), None)
+
+
+def _planned(status):
+    """Whether an open load's commit recorded its plan (its winners), so that only
+    `chpart commit --load` may finish it. For a load into one table that is `parts_planned`.
+    For a load into a Distributed table, `parts_planned` sums the shards' plans and stays null
+    until every shard has prepared, while the winners (the cluster plan, recorded before any
+    shard prepares) are listed already: a commit stopped by a shard that did not answer leaves
+    exactly that, and a new job's winners would be refused against the recorded ones."""
+    return (status.get("parts_planned") is not None or bool(status.get("winners"))
+            or status.get("decision") == "commit")
 
 
 def _summary_of(status):

@@ -1,0 +1,188 @@
+"""End-to-end with real Spark (pyspark 4.3.0) into a `Distributed` table over three shards, each
+a real ClickHouse 26.9 server on a loopback address of its own (cluster_fixture.py).
+
+chpart_spark.write opens a cluster load (one sub-load `<load>.shard<N>` per shard); every task's
+`chpart build` routes its rows to the shards inside clickhouse-local, publishes each shard's
+parts on that shard's host and prints one cluster manifest, which is what Spark collects and
+`chpart commit` takes. The failures are the ones Spark itself makes (failure_jobs/run_job.py),
+so what is checked per shard is what a single server's test checks for its table.
+"""
+
+import json
+import os
+
+import pytest
+
+import chpart_spark
+from conftest import ROOT
+from datasets import events
+from cluster_fixture import LOCAL_TABLE, TABLE, TWIN_LOCAL_TABLE, TWIN_TABLE, three_shard_cluster  # noqa: F401
+from helpers import assert_exactly_once, assert_winners_and_losers, load_status
+from scenarios import check_zombie_run, run_scenario, source_of
+
+
+def assert_rows_where_clickhouse_routes_them(cluster, plan, source_rows):
+    """Every row of every shard's local table is one the Distributed engine routes to that shard
+    (the routing expression `chpart plan` reports, evaluated on the shard), the shards together
+    hold the source's row count, and each shard equals its twin: the same rows inserted through
+    the Distributed table itself (`insert_distributed_sync = 1`). Returns the rows per shard."""
+    routing = plan["routing"]
+    counts = {}
+    for node in cluster.nodes:
+        misplaced = int(node.scalar(f"SELECT count() FROM {LOCAL_TABLE} WHERE ({routing}) != {node.shard_num}"))
+        assert misplaced == 0, f"shard {node.shard_num} holds {misplaced} rows routed elsewhere by {routing}"
+        counts[node.shard_num] = int(node.scalar(f"SELECT count() FROM {LOCAL_TABLE}"))
+    assert sum(counts.values()) == source_rows, counts
+    # Weights 1/2/3 over 40 000 consecutive ids: every shard has rows, about 1/6, 2/6, 3/6.
+    assert all(counts[n.shard_num] > 0 for n in cluster.nodes), counts
+    cluster.entry.query(f"INSERT INTO {TWIN_TABLE} SELECT * FROM {TABLE} SETTINGS insert_distributed_sync = 1")
+    for node in cluster.nodes:
+        loaded = cluster.fingerprint(node.shard_num, LOCAL_TABLE)
+        twin = cluster.fingerprint(node.shard_num, TWIN_LOCAL_TABLE)
+        assert loaded == twin, f"shard {node.shard_num}: {loaded} loaded, {twin} where INSERT puts the same rows"
+    return counts
+
+
+def assert_cluster_gc_leaves_nothing(cluster, chpart, load):
+    """After `chpart gc`: on every shard no detached part in `db`, no shadow table, no file under
+    the host's staging root; `status` of the load and of every sub-load has nothing left to
+    remove. Returns gc's report."""
+    subs = [cluster.sub_load(load, n.shard_num) for n in cluster.nodes]
+    report = chpart_spark.gc(cluster.config, chpart=chpart)
+    assert {name for name, _ in report["removed"]} <= {load, *subs}, report
+    for node in cluster.nodes:
+        n = node.shard_num
+        assert cluster.detached(n) == {}, f"left in detached/ on shard {n} after gc: {cluster.detached(n)}"
+        assert cluster.shadow_tables(n) == [], f"shadow tables left on shard {n} after gc"
+        assert cluster.staged_files(n) == [], f"staging files left on shard {n} after gc"
+    for name in (load, *subs):
+        entry = load_status(cluster.config, chpart, name)
+        assert entry["gc_pending"] == [], entry
+    return report
+
+
+def test_stage_retry_with_zombies_into_a_distributed_table(three_shard_cluster, chpart_bin, tmp_path):
+    """The seed 002 scenario (test_spark_failures.py::test_stage_retry_with_zombies_that_publish_late)
+    through chpart_spark.write into `db.events`, Distributed over three shards of weights 1, 2, 3
+    with a signed key: the write stage is retried after a FetchFailed, the retries of partitions
+    0 and 1 win while their zombies of stage attempt 0 still run; zombie 0 publishes on every
+    shard after collect() returned and before the commit (a loser on every shard: never
+    attached, removed by gc), zombie 1 reaches publish after the commit and is fenced (exit 5).
+    Every shard then holds exactly the rows ClickHouse routes to it, and nothing else."""
+    cluster = three_shard_cluster
+    plan = cluster.plan(chpart_bin)
+    assert (plan["engine"], plan["local"], plan["key_type"]) == ("Distributed", LOCAL_TABLE, "Int64"), plan
+    assert [(h["shard_num"], h["weight"], h["host"]) for h in plan["hosts"]] == \
+        [(n.shard_num, n.weight, n.address) for n in cluster.nodes], plan
+    assert [[d["staging_root"] for d in h["disks"]] for h in plan["hosts"]] == \
+        [[str(n.staging_root)] for n in cluster.nodes], plan
+    load = "zombie-cluster-load"
+    subs = {n.shard_num: cluster.sub_load(load, n.shard_num) for n in cluster.nodes}
+
+    r = run_scenario(tmp_path, "zombie", cluster.config, chpart_bin, load, rows=40_000, table=TABLE)
+    loser, fenced = check_zombie_run(r)
+
+    # Exactly the source rows, read through the Distributed table ...
+    source = source_of(r)
+    assert r["summary"]["rows"] == source.rows and r["summary"]["table"] == TABLE, r["summary"]
+    assert_exactly_once(cluster.entry, TABLE, source)
+    # ... each on the shard ClickHouse routes it to.
+    per_shard = assert_rows_where_clickhouse_routes_them(cluster, plan, source.rows)
+
+    # status: the cluster load is committed with the write's winners on every shard, and lists
+    # its attempts under its shards' sub-loads only.
+    winners = r["summary"]["winners"]
+    entry = load_status(cluster.config, chpart_bin, load)
+    assert entry["state"] == "committed" and entry["attempts"] == [], entry
+    assert sorted(map(tuple, entry["winners"])) == sorted(map(tuple, winners)), entry
+    assert [(s["shard_num"], s["host"], s["load"], s["state"]) for s in entry["shards"]] == \
+        [(n.shard_num, n.address, subs[n.shard_num], "committed") for n in cluster.nodes], entry
+    for s in entry["shards"]:
+        assert s["rows"] == per_shard[s["shard_num"]] and s["parts_attached"] == s["parts_planned"], entry
+
+    # Per shard: the sub-load names the same winners and zombie 0 as a completed loser, whose
+    # parts (per the manifest it staged on that shard's host) wait in detached/ until gc; the
+    # fenced zombie 1 left no staging on any host.
+    zombie0_rows, loser_parts = 0, {}
+    for node in cluster.nodes:
+        n = node.shard_num
+        sub = load_status(cluster.config, chpart_bin, subs[n])
+        assert_winners_and_losers(sub, winners, losers=[loser])
+        assert sub["rows"] == per_shard[n], sub
+        assert fenced not in {a["attempt"] for a in sub["attempts"]}, f"the fenced build left its staging: {sub}"
+        assert sub["gc_pending"], f"the loser's parts on shard {n} are for gc to remove: {sub}"
+        staged = cluster.staged_manifest(load, n, loser)
+        assert (staged["load"], staged["attempt"]["id"], staged["target"]["host"]) == (subs[n], loser, node.address)
+        names = [p["name"] for p in staged["parts"]]
+        detached = cluster.detached(n)
+        assert names and set(names) <= set(detached), \
+            f"the parts of {loser} must wait in detached/ on shard {n} until gc: {names}, detached {detached}"
+        zombie0_rows += staged["source_rows"]
+        loser_parts[n] = len(names)
+    # The loser built its whole partition (routed over the shards), as the zombie task read it.
+    assert zombie0_rows == r["ctrl"]["zombie-0.json"]["rows"] > 0, (zombie0_rows, r["ctrl"]["zombie-0.json"])
+
+    report = assert_cluster_gc_leaves_nothing(cluster, chpart_bin, load)
+    print(f"rows per shard {per_shard}; loser {loser}: parts per shard {loser_parts}; "
+          f"gc removed {[(name, len(items)) for name, items in report['removed']]}")
+    assert_exactly_once(cluster.entry, TABLE, source)
+    for node in cluster.nodes:
+        assert int(node.scalar(f"SELECT count() FROM {LOCAL_TABLE}")) == per_shard[node.shard_num]
+
+
+def stop_before_first_commit(tmp_path, chpart_bin, node):
+    """A chpart stand-in that runs the real chpart, but stops `node`'s server before the first
+    `chpart commit` (once, marked by a directory created atomically)."""
+    path = tmp_path / "chpart-stop-before-commit"
+    marker = tmp_path / "stopped-before-commit"
+    path.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = commit ] && mkdir "{marker}" 2>/dev/null; then\n'
+        f'  "{ROOT / "deploy" / "clickhouse-server"}" stop --run-dir "{node.run_dir}" >&2\n'
+        "fi\n"
+        f'exec "{chpart_bin}" "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_rerun_after_a_shard_was_down_at_commit_resumes_the_recorded_plan(three_shard_cluster, spark, chpart_bin,
+                                                                          tmp_path):
+    """write() whose commit finds shard 3 down: the commit records the cluster plan (the
+    winners), prepares shards 1 and 2, stops at shard 3 with nothing visible anywhere, and
+    write() raises CommitError (retryable, retried, still down). Shard 3 comes back and the same
+    write() is run again: it must finish the recorded plan from the ledger (no Spark job: a new
+    job's winners would conflict with the recorded ones), exactly once, every row where
+    ClickHouse routes it."""
+    cluster = three_shard_cluster
+    plan = cluster.plan(chpart_bin)
+    down = cluster.node(3)
+    load = "shard-down-load"
+    df = events(spark, rows=20_000, partitions=4)
+    source = chpart_spark.spark_checksum(df)
+
+    with pytest.raises(chpart_spark.CommitError) as failed:
+        chpart_spark.write(df, table=TABLE, load_id=load, config=cluster.config,
+                           chpart=stop_before_first_commit(tmp_path, chpart_bin, down))
+    assert failed.value.exit_code == 3 and "shard 3" in str(failed.value), failed.value
+    with open(failed.value.winners_path) as f:
+        collected = sorted((json.loads(line)["attempt"]["partition"], json.loads(line)["attempt"]["id"])
+                           for line in f if line.strip())
+    os.unlink(failed.value.winners_path)  # kept by write() for a manual resume; not needed
+    assert [p for p, _ in collected] == [0, 1, 2, 3], collected
+    for node in cluster.nodes[:2]:
+        assert node.scalar(f"SELECT count() FROM {LOCAL_TABLE}") == "0", f"rows visible on shard {node.shard_num}"
+    # What a re-run sees: the cluster plan's winners are recorded, shard 3 has no plan yet.
+    entry = load_status(cluster.config, chpart_bin, load)
+    assert entry["state"] == "open" and entry["decision"] is None, entry
+    assert sorted(map(tuple, entry["winners"])) == collected, entry
+    assert [s["parts_planned"] is not None for s in entry["shards"]] == [True, True, False], entry
+
+    down.restart()
+    summary = chpart_spark.write(df, table=TABLE, load_id=load, config=cluster.config, chpart=chpart_bin)
+    assert summary["resumed"] is True and summary["seconds"]["job"] == 0.0, summary
+    assert sorted(map(tuple, summary["winners"])) == collected, summary
+    assert summary["rows"] == source.rows, summary
+    assert_exactly_once(cluster.entry, TABLE, source)
+    assert_rows_where_clickhouse_routes_them(cluster, plan, source.rows)
+    assert_cluster_gc_leaves_nothing(cluster, chpart_bin, load)
+    assert_exactly_once(cluster.entry, TABLE, source)
