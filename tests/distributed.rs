@@ -345,9 +345,19 @@ fn a_distributed_table_loads_exactly_once_routed_as_clickhouse_routes() {
             .all(|s| s["state"] == "committed"),
         "{status}"
     );
+    // What gc still has to remove of a cluster load is its shards': the losers, the shadows.
+    let pending = status[0]["gc_pending"].as_array().unwrap();
+    assert!(
+        pending.iter().any(|r| r["kind"] == "shadow_table"),
+        "{status}"
+    );
+    assert!(pending.iter().any(|r| r["kind"] == "staging"), "{status}");
     let gc = s.run(&["gc"]);
     assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
     assert_eq!(s.leftovers(), Vec::<String>::new());
+    let status = s.run(&["status", "--load", "dl-1", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status[0]["gc_pending"], serde_json::json!([]), "{status}");
     let again = s.commit("dl-1", Some(&file), &["--partitions", "3"], None);
     assert_eq!(again.status.code(), Some(0), "{}", text(&again));
     assert_exactly_once_as_routed(&s, "after a second commit");

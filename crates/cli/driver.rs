@@ -201,7 +201,11 @@ pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
             ("open", Some("commit"), _) => {
                 "open (a commit claimed it: finish it with `chpart commit --load` alone)"
             }
+            // A plan is recorded (a cluster load's winners come from its plan only).
             ("open", _, Some(_)) => "open (planned: finish it with `chpart commit --load` alone)",
+            ("open", _, None) if !l.winners.is_empty() => {
+                "open (planned: finish it with `chpart commit --load` alone)"
+            }
             (state, _, _) => state,
         };
         println!(

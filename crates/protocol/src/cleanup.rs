@@ -765,9 +765,17 @@ async fn load_status(
     };
     // A cluster load's plan and progress are its shards' sub-loads'.
     let mut shards = Vec::new();
+    let mut gc_pending = gc_pending;
     if let Some(cluster) = view.spec.as_ref().and_then(|s| s.cluster.as_ref()) {
         for shard in &cluster.shards {
             let sub = places.ledger.view(&shard.load, crate::KNOWN_KINDS).await?;
+            // What gc still has to remove of a cluster load is its shards'.
+            if let (LoadState::Committed | LoadState::Aborted, Some(spec)) = (&sub.state, &sub.spec)
+            {
+                let (server, fs, staging) = places.of(spec)?;
+                gc_pending
+                    .extend(clean_finished_load(&server, fs.get(), &staging, spec, true).await?);
+            }
             let plan = sub.plan().map_err(LedgerStoreError::from)?;
             let progress = sub.progress().map_err(LedgerStoreError::from)?;
             shards.push(ShardStatus {
