@@ -506,3 +506,51 @@ fn plan_shows_the_topology_and_names_a_host_that_does_not_answer() {
     assert!(shown.contains("shard 2 weight 2"), "{shown}");
     assert!(shown.contains("PROBLEM"), "{shown}");
 }
+
+#[test]
+fn two_cluster_commits_at_once_settle_on_one_plan_and_load_once() {
+    let s = ClusterSetup::new("dist_race", &[1, 1, 1], "cityHash64(id)");
+    s.insert_twin(&[0, 1]);
+    for round in 0..2 {
+        // Same winners (a driver and its retry) in round 0, other winners (a zombie driver and
+        // its replacement) in round 1.
+        let load = format!("dr-{round}");
+        let built = s.build_load(&load, &[], 2, &["app-a", "app-b"]);
+        let first = s.winners(&format!("w{round}a.jsonl"), &[&built[0][0], &built[1][0]]);
+        let second = if round == 0 {
+            first.clone()
+        } else {
+            s.winners(&format!("w{round}b.jsonl"), &[&built[0][1], &built[1][1]])
+        };
+        let spawn = |winners: &Path| {
+            chpart()
+                .args(["commit", "--config"])
+                .arg(&s.config)
+                .args(["--load", &load, "--partitions", "2", "--winners"])
+                .arg(winners)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(&first), spawn(&second));
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        let codes = [a.status.code(), b.status.code()];
+        if round == 0 {
+            assert_eq!(codes, [Some(0), Some(0)], "{}\n{}", text(&a), text(&b));
+        } else {
+            let mut sorted = codes;
+            sorted.sort();
+            assert_eq!(sorted, [Some(0), Some(4)], "{}\n{}", text(&a), text(&b));
+            let loser = if codes[0] == Some(4) { &a } else { &b };
+            assert!(text(loser).contains("other winners"), "{}", text(loser));
+        }
+        assert_exactly_once_as_routed(&s, &format!("round {round}"));
+        let gc = s.run(&["gc"]);
+        assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+        for node in &s.cluster.nodes {
+            node.server.q("TRUNCATE TABLE db.local");
+        }
+    }
+    assert_eq!(s.leftovers(), Vec::<String>::new());
+}

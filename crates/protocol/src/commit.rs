@@ -728,8 +728,32 @@ async fn verify_waiting_parts(
             }
             let attempt = manifest.attempt.id.as_str();
             let data_path = manifest.data_path_of(part);
-            tokio::task::block_in_place(|| verify_part(env.fs, data_path, attempt, part, verify))
-                .map_err(|e| CommitError::Verify(Box::new(e)))?;
+            match tokio::task::block_in_place(|| {
+                verify_part(env.fs, data_path, attempt, part, verify)
+            }) {
+                Ok(()) => {}
+                // Gone while it was being read: a concurrent commit's ATTACH took it (it
+                // recorded its intent first). Decided like a part found gone, from a ledger
+                // read made after it went.
+                Err(VerifyError::Remote { source, .. })
+                    if matches!(*source, chpart_remote::RemoteError::NotFound { .. }) =>
+                {
+                    let read =
+                        progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)?;
+                    let taken = handled(&read);
+                    fresh = Some(read);
+                    if !taken {
+                        return Err(CommitError::NotPublished {
+                            load: spec.load.clone(),
+                            part: name,
+                            attempt: manifest.attempt.id.clone(),
+                            partition: manifest.attempt.partition,
+                            table: spec.publish.clone(),
+                        });
+                    }
+                }
+                Err(e) => return Err(CommitError::Verify(Box::new(e))),
+            }
         }
     }
     Ok(())
