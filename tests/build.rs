@@ -65,13 +65,7 @@ impl<'a> Setup<'a> {
 
     /// Runs `chpart <args[0]> --config <this config> <args[1..]>`.
     pub fn run(&self, args: &[&str]) -> Output {
-        chpart()
-            .arg(args[0])
-            .arg("--config")
-            .arg(&self.config)
-            .args(&args[1..])
-            .output()
-            .unwrap()
+        crate::cli::run_with(&self.config, args)
     }
 
     pub fn build_cmd(&self, load: &str, attempt: &str, partition: u32) -> Command {

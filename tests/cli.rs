@@ -36,6 +36,17 @@ pub fn local_config(dir: &Path, server: &ClickHouse, ledger_db: &str) -> PathBuf
     path
 }
 
+/// Runs `chpart <args[0]> --config <config> <args[1..]>` to its end.
+pub fn run_with(config: &Path, args: &[&str]) -> Output {
+    chpart()
+        .arg(args[0])
+        .arg("--config")
+        .arg(config)
+        .args(&args[1..])
+        .output()
+        .unwrap()
+}
+
 pub fn text(out: &Output) -> String {
     format!(
         "{}{}",

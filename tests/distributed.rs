@@ -125,15 +125,7 @@ impl ClusterSetup {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        chpart()
-            .arg(args[0])
-            .arg("--config")
-            .arg(&self.config)
-            .args(&args[1..])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap()
+        crate::cli::run_with(&self.config, args)
     }
 
     fn begin(&self, load: &str, extra: &[&str]) -> Output {

@@ -65,13 +65,7 @@ impl Crashable {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        chpart()
-            .arg(args[0])
-            .arg("--config")
-            .arg(&self.config)
-            .args(&args[1..])
-            .output()
-            .unwrap()
+        crate::cli::run_with(&self.config, args)
     }
 
     fn commit_cmd(&self, load: &str, winners: &Path) -> std::process::Command {

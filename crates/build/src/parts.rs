@@ -76,36 +76,48 @@ pub fn build_query(
     files: Vec<FileSource>,
 ) -> Result<String, QueryError> {
     let target = format!("{}.{}", quote_ident(database), quote_ident(table));
-    let (column_list, select_list) = if insert_columns.is_empty() {
-        (String::new(), "*".to_string())
-    } else {
-        let quoted: Vec<String> = insert_columns.iter().map(|c| quote_ident(c)).collect();
-        (format!(" ({})", quoted.join(", ")), quoted.join(", "))
-    };
     let mut statements = vec![
         format!("CREATE DATABASE {}", quote_ident(database)),
         ddl.trim().trim_end_matches(';').trim_end().to_string(),
         format!("ALTER TABLE {target} MODIFY SETTING {NO_BACKGROUND_MERGES}"),
         format!("SYSTEM STOP MERGES {target}"),
     ];
-    // Each part keeps every input row: see the module docs.
+    statements.extend(inserts(&target, insert_columns, files)?);
+    statements.push(list_parts(database, table));
+    Ok(statements.join(";\n"))
+}
+
+/// One `INSERT INTO target` per file of `files`, of the columns `insert_columns` (empty: all
+/// of the table's insertable columns). Each part keeps every input row: see the module docs.
+fn inserts(
+    target: &str,
+    insert_columns: &[String],
+    files: Vec<FileSource>,
+) -> Result<Vec<String>, QueryError> {
+    let (column_list, select_list) = if insert_columns.is_empty() {
+        (String::new(), "*".to_string())
+    } else {
+        let quoted: Vec<String> = insert_columns.iter().map(|c| quote_ident(c)).collect();
+        (format!(" ({})", quoted.join(", ")), quoted.join(", "))
+    };
     let insert = format!("INSERT INTO {target}{column_list} SETTINGS optimize_on_insert = 0");
     if files.is_empty() {
         return Err(QueryError::NoFiles);
     }
-    for (path, format, structure) in files {
-        if !path.is_absolute() {
-            return Err(QueryError::RelativePath { path });
-        }
-        statements.push(format!(
-            "{insert} SELECT {select_list} FROM file({}, {}, {})",
-            quote_os(path.as_os_str()),
-            quote_str(&format),
-            quote_str(&structure)
-        ));
-    }
-    statements.push(list_parts(database, table));
-    Ok(statements.join(";\n"))
+    files
+        .into_iter()
+        .map(|(path, format, structure)| {
+            if !path.is_absolute() {
+                return Err(QueryError::RelativePath { path });
+            }
+            Ok(format!(
+                "{insert} SELECT {select_list} FROM file({}, {}, {})",
+                quote_os(path.as_os_str()),
+                quote_str(&format),
+                quote_str(&structure)
+            ))
+        })
+        .collect()
 }
 
 /// The statements of one build session that routes rows to several tables (a Distributed
@@ -148,27 +160,7 @@ pub fn build_query_routed(
             table(name)
         ));
     }
-    let (column_list, select_list) = if insert_columns.is_empty() {
-        (String::new(), "*".to_string())
-    } else {
-        let quoted: Vec<String> = insert_columns.iter().map(|c| quote_ident(c)).collect();
-        (format!(" ({})", quoted.join(", ")), quoted.join(", "))
-    };
-    let insert = format!("INSERT INTO {source}{column_list} SETTINGS optimize_on_insert = 0");
-    if files.is_empty() {
-        return Err(QueryError::NoFiles);
-    }
-    for (path, format, structure) in files {
-        if !path.is_absolute() {
-            return Err(QueryError::RelativePath { path });
-        }
-        statements.push(format!(
-            "{insert} SELECT {select_list} FROM file({}, {}, {})",
-            quote_os(path.as_os_str()),
-            quote_str(&format),
-            quote_str(&structure)
-        ));
-    }
+    statements.extend(inserts(&source, insert_columns, files)?);
     for (name, _, _) in tables {
         statements.push(format!(
             "SELECT {} FORMAT TabSeparated",

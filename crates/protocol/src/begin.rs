@@ -310,12 +310,20 @@ pub async fn begin_on(
         shard_of: req.shard_of.clone(),
         opened_at_unix_ms: now_unix_ms(),
     };
+    open_load(ledger, req, spec).await
+}
+
+/// Records `spec` as `req.load`'s (once per load) and reads back which spec the server kept:
+/// if another `begin` of the same load won the race, its spec is the load's.
+pub(crate) async fn open_load(
+    ledger: &Ledger,
+    req: &BeginRequest,
+    spec: LoadSpec,
+) -> Result<BeginOutcome, BeginError> {
     let body = serde_json::to_string(&spec).expect("a LoadSpec serializes");
     ledger
         .append_once(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body)
         .await?;
-    // Read back: if another `begin` of the same load won the race, its spec is the load's
-    // (the server kept only the first spec written).
     let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
     match view.spec {
         Some(winner) if winner == spec => Ok(BeginOutcome::Opened(spec)),

@@ -37,7 +37,7 @@ use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::begin::{begin_on, BeginError, BeginOutcome, BeginRequest, OPEN_ENTRY};
+use crate::begin::{begin_on, BeginError, BeginOutcome, BeginRequest};
 use crate::commit::{commit, CommitEnv, CommitError, CommitOutcome, CommitRequest, CommitSummary};
 use crate::ledger::{entry, kind, Decision, LoadSpec, LoadState, Mode};
 use crate::snapshot::TableSnapshot;
@@ -363,18 +363,7 @@ pub async fn begin_cluster(
         shard_of: None,
         opened_at_unix_ms: now_unix_ms(),
     };
-    let body = serde_json::to_string(&spec).expect("a LoadSpec serializes");
-    ledger
-        .append_once(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body)
-        .await?;
-    let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
-    match view.spec {
-        Some(winner) if winner == spec => Ok(BeginOutcome::Opened(spec)),
-        winner => Ok(
-            crate::begin::existing_outcome(&view.state, winner.as_ref(), req)?
-                .unwrap_or(BeginOutcome::Opened(spec)),
-        ),
-    }
+    crate::begin::open_load(ledger, req, spec).await
 }
 
 // ---------------------------------------------------------------------------------------------

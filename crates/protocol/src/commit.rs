@@ -703,6 +703,13 @@ async fn verify_waiting_parts(
             let handled = |p: &CommitProgress| {
                 p.attached.contains(&part.name) || p.attach_intents.contains(&part.name)
             };
+            let not_published = || CommitError::NotPublished {
+                load: spec.load.clone(),
+                part: name.clone(),
+                attempt: manifest.attempt.id.clone(),
+                partition: manifest.attempt.partition,
+                table: spec.publish.clone(),
+            };
             if handled(progress) {
                 continue;
             }
@@ -718,13 +725,7 @@ async fn verify_waiting_parts(
                 if fresh.as_ref().is_some_and(handled) {
                     continue; // a concurrent commit attached it: decided later
                 }
-                return Err(CommitError::NotPublished {
-                    load: spec.load.clone(),
-                    part: name,
-                    attempt: manifest.attempt.id.clone(),
-                    partition: manifest.attempt.partition,
-                    table: spec.publish.clone(),
-                });
+                return Err(not_published());
             }
             let attempt = manifest.attempt.id.as_str();
             let data_path = manifest.data_path_of(part);
@@ -743,13 +744,7 @@ async fn verify_waiting_parts(
                     let taken = handled(&read);
                     fresh = Some(read);
                     if !taken {
-                        return Err(CommitError::NotPublished {
-                            load: spec.load.clone(),
-                            part: name,
-                            attempt: manifest.attempt.id.clone(),
-                            partition: manifest.attempt.partition,
-                            table: spec.publish.clone(),
-                        });
+                        return Err(not_published());
                     }
                 }
                 Err(e) => return Err(CommitError::Verify(Box::new(e))),
