@@ -546,3 +546,36 @@ fn two_cluster_commits_at_once_settle_on_one_plan_and_load_once() {
     }
     assert_eq!(s.leftovers(), Vec::<String>::new());
 }
+
+#[test]
+fn a_build_that_fails_on_one_shard_leaves_nothing_on_any_shard() {
+    let s = ClusterSetup::new("dist_undo", &[1, 1, 1], "id");
+    let out = s.begin("du-1", &["--visibility", "part"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let input = write_rows(s.dir.path(), "p0.parquet", &partition_rows(0), "Parquet");
+    // Shard 3's detached/ is not the server user's: its publish fails after shards 1 and 2
+    // (built in parallel) may have published theirs.
+    let node = &s.cluster.nodes[2];
+    let table = node.server.q(
+        "SELECT arrayJoin(data_paths) FROM system.tables WHERE database = 'db' AND name = 'local'",
+    );
+    let detached = Path::new(table.trim()).join("detached");
+    let (uid, gid) = chpart_testenv::os_user_ids("chpart-test");
+    std::os::unix::fs::chown(&detached, Some(uid), Some(gid)).unwrap();
+    let out = s.build("du-1", "app-a.0", 0, &input).unwrap_err();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(text(&out).contains("shard 3"), "{}", text(&out));
+    std::os::unix::fs::chown(&detached, Some(0), Some(0)).unwrap();
+    assert_eq!(
+        s.leftovers(),
+        Vec::<String>::new(),
+        "what the attempt published on shards 1 and 2 was undone, its staging removed"
+    );
+    // The same attempt's retry (a new attempt id) then loads exactly once.
+    let line = s.build("du-1", "app-a.1", 0, &input).unwrap();
+    let file = s.winners("w.jsonl", &[&line]);
+    let out = s.commit("du-1", Some(&file), &["--partitions", "1"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    s.insert_twin(&[0]);
+    assert_exactly_once_as_routed(&s, "after the retry");
+}
