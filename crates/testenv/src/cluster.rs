@@ -46,6 +46,9 @@ const SELF_LOCAL: [Ipv4Addr; 7] = [
     Ipv4Addr::LOCALHOST,
 ];
 
+/// Starts of a whole cluster tried before a node that does not come up fails the test.
+pub const CLUSTER_START_ATTEMPTS: u32 = 3;
+
 /// Which loopback addresses the nodes get (see the module doc).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Addresses {
@@ -127,7 +130,34 @@ impl Cluster {
 
     /// Starts the cluster `name` with one shard per entry of `weights`, the nodes in parallel.
     /// Panics (with the failing node's log) if any node does not come up; the others stop.
+    ///
+    /// The nodes' ports are fixed before any starts (every node's config names every TCP
+    /// port), so a port another process binds in between (an outgoing connection's ephemeral
+    /// port is enough) makes that node exit at once: the whole cluster is then started again
+    /// on fresh ports, as [`ClickHouse::start`] does for one server, at most
+    /// [`CLUSTER_START_ATTEMPTS`] times.
     pub fn start_with(name: &str, weights: &[u32], options: &ClusterOptions) -> Cluster {
+        let mut attempt = 1;
+        loop {
+            match Cluster::try_start(name, weights, options) {
+                Ok(cluster) => return cluster,
+                Err(panic) if attempt < CLUSTER_START_ATTEMPTS => {
+                    eprintln!(
+                        "cluster {name}: a node did not start (attempt {attempt}); starting every node again on fresh ports"
+                    );
+                    drop(panic);
+                    attempt += 1;
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    }
+
+    fn try_start(
+        name: &str,
+        weights: &[u32],
+        options: &ClusterOptions,
+    ) -> Result<Cluster, Box<dyn std::any::Any + Send>> {
         assert!(!weights.is_empty(), "a cluster needs at least one shard");
         let addresses = node_addresses(options.addresses, weights.len());
         let specs: Vec<ShardSpec> = weights
@@ -184,12 +214,12 @@ impl Cluster {
         }
         if let Some(panic) = failure {
             drop(nodes);
-            std::panic::resume_unwind(panic);
+            return Err(panic);
         }
-        Cluster {
+        Ok(Cluster {
             name: name.to_owned(),
             nodes,
-        }
+        })
     }
 
     /// The node of shard `shard_num` (1-based).
