@@ -579,3 +579,43 @@ fn a_build_that_fails_on_one_shard_leaves_nothing_on_any_shard() {
     s.insert_twin(&[0]);
     assert_exactly_once_as_routed(&s, "after the retry");
 }
+
+#[test]
+fn readers_of_the_distributed_table_never_see_a_row_twice_or_rows_go_away_during_a_commit() {
+    let s = ClusterSetup::new("dist_read", &[1, 2, 3], "toInt32(id) - 1500");
+    let built = s.build_load("rd-1", &[], 4, &["app-a"]);
+    let lines: Vec<&String> = built.iter().map(|b| &b[0]).collect();
+    let file = s.winners("w.jsonl", &lines);
+    let entry = &s.cluster.nodes[0].server;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let seen = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut seen = Vec::new();
+            loop {
+                let done = stop.load(std::sync::atomic::Ordering::SeqCst);
+                let row = entry.q("SELECT count(), uniqExact(id) FROM db.events");
+                let mut fields = row.split_whitespace().map(|f| f.parse::<u64>().unwrap());
+                seen.push((fields.next().unwrap(), fields.next().unwrap()));
+                if done {
+                    return seen;
+                }
+            }
+        });
+        let out = s.commit("rd-1", Some(&file), &["--partitions", "4"], None);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        reader.join().unwrap()
+    });
+    let mut last = 0;
+    for (count, unique) in &seen {
+        assert_eq!(count, unique, "a row seen twice: {seen:?}");
+        assert!(*count <= 4000, "more rows than the load: {seen:?}");
+        assert!(*count >= last, "rows went away: {seen:?}");
+        last = *count;
+    }
+    assert_eq!(last, 4000, "the last read sees the whole load: {seen:?}");
+    assert!(
+        seen.len() > 2,
+        "the reader read during the commit: {seen:?}"
+    );
+}
