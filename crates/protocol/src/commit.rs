@@ -1,12 +1,16 @@
 //! `commit`: attach exactly the winning attempts' parts, resumably, and make them visible.
 //!
 //! ```text
-//!  winners (what collect() returned) ─► validate ─► verify in detached/ ─► ledger: plan
-//!     ─► per part: observe ─► decide_part ─► [attach: intent] ─► ATTACH PART ─► [attached:]
-//!     ─► (partition visibility) per partition: observe ─► decide_partition
-//!            ─► [publish: intent] ─► MOVE PARTITION / REPLACE PARTITION ─► [published:]
-//!     ─► ledger: commit
+//!  Planned:   winners (what collect() returned) ─► validate ─► verify in detached/ ─► ledger: plan
+//!  Claimed:   (part visibility) ledger: decision ─► stop the shadow's merges
+//!  Attached:  per part: observe ─► decide_part ─► [attach: intent] ─► ATTACH PART ─► [attached:]
+//!  Published: (partition visibility) check the shadow ─► ledger: decision ─► per partition:
+//!             observe ─► decide_partition ─► [publish: intent] ─► MOVE / REPLACE ─► [published:]
+//!  committed: ledger: commit
 //! ```
+//!
+//! Each stage is a type only the stage before makes ([`commit`]), so no step can run before
+//! the ones it depends on.
 //!
 //! Every decision is made by the pure functions of `chpart_core::commit` from the ledger and
 //! a fresh observation of the server, never from memory of what this process sent: a commit
@@ -461,224 +465,341 @@ async fn record_many(
 }
 
 /// Commits `req.load` with exactly `req.winners`, or finishes a commit that was interrupted.
+///
+/// A chain of stages, each a type that only the one before makes:
+/// `Planned` (winners checked, plan the load's) ─► `Claimed` (the load is this commit's
+/// where the next step is visible) ─► `Attached` (every planned part recorded attached) ─►
+/// `Published` (every partition in the target) ─► committed. Each stage decides from the
+/// ledger and a fresh observation, so a stage another run already finished is passed through.
 pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOutcome, CommitError> {
     let started = Instant::now();
-    let load = req.load.clone();
-    let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
-    let spec = match (&view.state, &view.spec) {
-        (LoadState::Unknown, _) | (LoadState::Open, None) => {
-            return Err(CommitError::NotBegun(load))
-        }
-        (LoadState::Aborted, _) => return Err(CommitError::Aborted(load)),
-        (LoadState::Committed, Some(spec)) => {
-            let summary = committed_summary(&view)?.unwrap_or_else(|| CommitSummary {
-                load: load.clone(),
-                table: spec.target.clone(),
-                mode: spec.mode,
-                visibility: spec.visibility,
-                partitions: 0,
-                parts: 0,
-                rows: 0,
-                winners: Vec::new(),
-            });
-            return Ok(CommitOutcome {
-                summary,
-                already_committed: true,
-                attached_now: 0,
-                seconds: started.elapsed().as_secs_f64(),
-            });
-        }
-        (LoadState::Committed, None) => return Err(CommitError::NotBegun(load)),
-        (LoadState::Open, Some(spec)) => spec.clone(),
+    let planned = match Planned::open(env, &req).await? {
+        Opened::Committed(summary) => return Ok(outcome(summary, true, 0, started)),
+        Opened::Planned(planned) => planned,
     };
-    if let Some(asked) = req.visibility {
-        if asked != spec.visibility {
-            return Err(CommitError::VisibilityMismatch {
-                load,
-                begun: spec.visibility,
-                asked,
-            });
-        }
-    }
-    let verify = req.verify.unwrap_or(Verify::default_for(spec.visibility));
-    if verify == Verify::Server && spec.visibility == Visibility::Part {
-        return Err(CommitError::VerifyNeedsShadow {
-            load,
-            table: spec.target.clone(),
-        });
-    }
-    let destination = spec
-        .destination(&env.staging)
-        .map_err(|e| CommitError::Unsupported {
-            load: load.clone(),
-            message: format!("publish table data path: {e}"),
-        })?;
-    let expected = Expected {
-        publish: spec.publish.clone(),
-        fingerprint: spec.publish_snapshot.fingerprint.clone(),
-        disks: destination.disks.clone(),
-        host: spec.host.clone(),
-    };
-    let winners = match &req.winners {
-        Some(lines) => validate_winners(
-            &load,
-            &expected,
-            lines,
-            req.expected_partitions,
-            req.allow_missing,
-        ),
-        // Resumed from the ledger: the plan's manifests are validated again (against this
-        // load, its tables and this config's staging) but need not cover every partition:
-        // the first commit checked that, and they are the plan whatever is asked now.
-        None => {
-            let recorded =
-                recorded_plan(&view)?.ok_or_else(|| CommitError::NoPlan { load: load.clone() })?;
-            let lines = recorded
-                .winner_lines()
-                .ok_or_else(|| CommitError::PlanWithoutManifests { load: load.clone() })?;
-            validate_winners(&load, &expected, &lines, None, true)
-        }
-    }
-    .map_err(|e| CommitError::Winners(Box::new(e)))?;
-    let new_plan = CommitPlan::from_winners(&winners, spec.visibility, spec.mode);
-
-    // Nothing becomes visible unless the tables are as the parts expect and every part still
-    // waiting in detached/ is exactly what its manifest says.
-    let mut tables = vec![(&spec.publish, &spec.publish_snapshot)];
-    if spec.publish != spec.target {
-        tables.push((&spec.target, &spec.target_snapshot));
-    }
-    check_tables(env, &load, &tables).await?;
-    let mut progress = progress_of(&view)?;
-    verify_waiting_parts(env, &spec, &winners, &progress, verify).await?;
-    // Where each planned part waits: the data path of the disk its manifest names.
-    let data_paths: HashMap<PartName, RemotePath> = winners
-        .manifests()
-        .values()
-        .flat_map(|m| {
-            m.parts
-                .iter()
-                .map(|p| (p.name.clone(), m.data_path_of(p).clone()))
-        })
-        .collect();
-
-    let plan = match recorded_plan(&view)? {
-        Some(recorded) => {
-            plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
-                load: load.clone(),
-                conflict: Box::new(c),
-            })?;
-            recorded
-        }
-        None => {
-            // One plan per load: the server keeps the first plan written and this commit goes
-            // on only if that is its own (another driver may be committing other winners).
-            env.ledger
-                .append_once(&load, PLAN_ENTRY, kind::COMMIT_PLANNED, &new_plan.to_json())
-                .await?;
-            crash_point("after-plan");
-            let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
-            let recorded = recorded_plan(&view)?.unwrap_or_else(|| new_plan.clone());
-            plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
-                load: load.clone(),
-                conflict: Box::new(c),
-            })?;
-            progress = progress_of(&view)?;
-            recorded
-        }
-    };
-
     if req.prepare_only {
-        return Ok(CommitOutcome {
-            summary: summary_of(&spec, &plan),
-            already_committed: false,
-            attached_now: 0,
-            seconds: started.elapsed().as_secs_f64(),
-        });
+        return Ok(outcome(planned.summary(), false, 0, started));
+    }
+    planned
+        .claim(env)
+        .await?
+        .attach(env)
+        .await?
+        .publish(env)
+        .await?
+        .finish(env, started)
+        .await
+}
+
+fn outcome(
+    summary: CommitSummary,
+    already_committed: bool,
+    attached_now: usize,
+    started: Instant,
+) -> CommitOutcome {
+    CommitOutcome {
+        summary,
+        already_committed,
+        attached_now,
+        seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// What opening a commit found: the load committed already, or a plan to carry out.
+enum Opened {
+    Committed(CommitSummary),
+    Planned(Box<Planned>),
+}
+
+/// Stage 1: the winners are checked against the load, its tables and what waits in
+/// `detached/`, and the plan is the load's, recorded once by the server (this commit's, or
+/// an earlier run's with the same winners). Nothing is visible yet.
+struct Planned {
+    spec: LoadSpec,
+    plan: CommitPlan,
+    progress: CommitProgress,
+    verify: Verify,
+    /// The load's decision is this commit's (won by this run or an earlier one).
+    decided: bool,
+    /// Where each planned part waits: the data path of the disk its manifest names.
+    data_paths: HashMap<PartName, RemotePath>,
+}
+
+/// Stage 2: where the next step is visible, the load is this commit's (with part visibility
+/// the first ATTACH is visible, so the decision is won here; with partition visibility the
+/// parts go into the shadow first, and the decision is won before the first MOVE). The
+/// shadow's merges are stopped.
+struct Claimed(Box<Planned>);
+
+/// Stage 3: every planned part is recorded attached (into the shadow or the target), and, for
+/// partition visibility, the shadow as this run last checked it.
+struct Attached {
+    planned: Box<Planned>,
+    attached_now: usize,
+    observed_shadow: Option<TableParts>,
+}
+
+/// Stage 4: every partition is in the target (partition visibility); the entries of the last
+/// round's moves go into the commit's own INSERT.
+struct Published {
+    planned: Box<Planned>,
+    attached_now: usize,
+    unrecorded: Vec<CommitEntry>,
+}
+
+impl Planned {
+    fn summary(&self) -> CommitSummary {
+        summary_of(&self.spec, &self.plan)
     }
 
-    // Nothing becomes visible before this commit has won the load's decision: with part
-    // visibility the first ATTACH is visible, with partition visibility the first MOVE.
-    let mut decided = view.decision == Some(Decision::Commit);
-    if spec.visibility == Visibility::Part && !decided {
-        decide_commit(env, &load).await?;
-        decided = true;
+    fn phase(&self) -> CommitPhase {
+        commit_phase(Some(&self.plan), &self.progress)
     }
 
-    if spec.publish != spec.target {
-        // Again on every run: a server restart since `begin` lets the shadow merge.
-        crate::begin::stop_merges(env.server, &spec.publish).await?;
-    }
-    let mut attached_now = 0;
-    // The shadow as reconcile observed it, for the first publish round.
-    let mut observed_shadow = None;
-    // Facts already true (partitions moved) whose entries go into the commit's own INSERT.
-    let mut unrecorded = Vec::new();
-    loop {
-        match commit_phase(Some(&plan), &progress) {
-            CommitPhase::NeedsPlan => unreachable!("the plan is recorded above"),
-            CommitPhase::AttachParts { .. } => {
-                attached_now += attach_parts(env, &spec, &plan, &mut progress, &data_paths).await?;
-                // Continue from the ledger as reconcile read it: a concurrent commit may have
-                // moved on meanwhile.
-                let (read, observed) = reconcile_attached(env, &spec, &plan, verify).await?;
-                progress = read;
-                observed_shadow = Some(observed);
+    /// Opens the commit: the load's state, the winners (given, or the recorded plan's), the
+    /// tables and the waiting parts checked, the plan recorded or matched.
+    async fn open(env: &CommitEnv<'_>, req: &CommitRequest) -> Result<Opened, CommitError> {
+        let load = req.load.clone();
+        let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
+        let spec = match (&view.state, &view.spec) {
+            (LoadState::Unknown, _) | (LoadState::Open, None) => {
+                return Err(CommitError::NotBegun(load))
             }
-            CommitPhase::PublishPartitions { .. } if observed_shadow.is_none() => {
+            (LoadState::Aborted, _) => return Err(CommitError::Aborted(load)),
+            (LoadState::Committed, Some(spec)) => {
+                let summary = committed_summary(&view)?.unwrap_or_else(|| CommitSummary {
+                    load: load.clone(),
+                    table: spec.target.clone(),
+                    mode: spec.mode,
+                    visibility: spec.visibility,
+                    partitions: 0,
+                    parts: 0,
+                    rows: 0,
+                    winners: Vec::new(),
+                });
+                return Ok(Opened::Committed(summary));
+            }
+            (LoadState::Committed, None) => return Err(CommitError::NotBegun(load)),
+            (LoadState::Open, Some(spec)) => spec.clone(),
+        };
+        if let Some(asked) = req.visibility {
+            if asked != spec.visibility {
+                return Err(CommitError::VisibilityMismatch {
+                    load,
+                    begun: spec.visibility,
+                    asked,
+                });
+            }
+        }
+        let verify = req.verify.unwrap_or(Verify::default_for(spec.visibility));
+        if verify == Verify::Server && spec.visibility == Visibility::Part {
+            return Err(CommitError::VerifyNeedsShadow {
+                load,
+                table: spec.target.clone(),
+            });
+        }
+        let destination = spec
+            .destination(&env.staging)
+            .map_err(|e| CommitError::Unsupported {
+                load: load.clone(),
+                message: format!("publish table data path: {e}"),
+            })?;
+        let expected = Expected {
+            publish: spec.publish.clone(),
+            fingerprint: spec.publish_snapshot.fingerprint.clone(),
+            disks: destination.disks.clone(),
+            host: spec.host.clone(),
+        };
+        let winners = match &req.winners {
+            Some(lines) => validate_winners(
+                &load,
+                &expected,
+                lines,
+                req.expected_partitions,
+                req.allow_missing,
+            ),
+            // Resumed from the ledger: the plan's manifests are validated again (against this
+            // load, its tables and this config's staging) but need not cover every partition:
+            // the first commit checked that, and they are the plan whatever is asked now.
+            None => {
+                let recorded = recorded_plan(&view)?
+                    .ok_or_else(|| CommitError::NoPlan { load: load.clone() })?;
+                let lines = recorded
+                    .winner_lines()
+                    .ok_or_else(|| CommitError::PlanWithoutManifests { load: load.clone() })?;
+                validate_winners(&load, &expected, &lines, None, true)
+            }
+        }
+        .map_err(|e| CommitError::Winners(Box::new(e)))?;
+        let new_plan = CommitPlan::from_winners(&winners, spec.visibility, spec.mode);
+
+        // Nothing becomes visible unless the tables are as the parts expect and every part
+        // still waiting in detached/ is exactly what its manifest says.
+        let mut tables = vec![(&spec.publish, &spec.publish_snapshot)];
+        if spec.publish != spec.target {
+            tables.push((&spec.target, &spec.target_snapshot));
+        }
+        check_tables(env, &load, &tables).await?;
+        let mut progress = progress_of(&view)?;
+        verify_waiting_parts(env, &spec, &winners, &progress, verify).await?;
+        let data_paths: HashMap<PartName, RemotePath> = winners
+            .manifests()
+            .values()
+            .flat_map(|m| {
+                m.parts
+                    .iter()
+                    .map(|p| (p.name.clone(), m.data_path_of(p).clone()))
+            })
+            .collect();
+
+        let plan = match recorded_plan(&view)? {
+            Some(recorded) => {
+                plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
+                    load: load.clone(),
+                    conflict: Box::new(c),
+                })?;
+                recorded
+            }
+            None => {
+                // One plan per load: the server keeps the first plan written and this commit
+                // goes on only if that is its own (another driver may commit other winners).
+                env.ledger
+                    .append_once(&load, PLAN_ENTRY, kind::COMMIT_PLANNED, &new_plan.to_json())
+                    .await?;
+                crash_point("after-plan");
+                let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
+                let recorded = recorded_plan(&view)?.unwrap_or_else(|| new_plan.clone());
+                plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
+                    load: load.clone(),
+                    conflict: Box::new(c),
+                })?;
+                progress = progress_of(&view)?;
+                recorded
+            }
+        };
+        Ok(Opened::Planned(Box::new(Planned {
+            decided: view.decision == Some(Decision::Commit),
+            spec,
+            plan,
+            progress,
+            verify,
+            data_paths,
+        })))
+    }
+
+    /// Stage 2 (see `Claimed`).
+    async fn claim(mut self: Box<Self>, env: &CommitEnv<'_>) -> Result<Claimed, CommitError> {
+        if self.spec.visibility == Visibility::Part && !self.decided {
+            decide_commit(env, &self.spec.load).await?;
+            self.decided = true;
+        }
+        if self.spec.publish != self.spec.target {
+            // Again on every run: a server restart since `begin` lets the shadow merge.
+            crate::begin::stop_merges(env.server, &self.spec.publish).await?;
+        }
+        Ok(Claimed(self))
+    }
+}
+
+impl Claimed {
+    /// Stage 3: attaches every planned part not yet attached, round after round, each decided
+    /// from a fresh observation; then reconciles what the ledger and the shadow say.
+    async fn attach(self, env: &CommitEnv<'_>) -> Result<Attached, CommitError> {
+        let mut p = self.0;
+        let mut attached_now = 0;
+        let mut observed_shadow = None;
+        while let CommitPhase::AttachParts { .. } = p.phase() {
+            attached_now +=
+                attach_parts(env, &p.spec, &p.plan, &mut p.progress, &p.data_paths).await?;
+            // Continue from the ledger as reconcile read it: a concurrent commit may have
+            // moved on meanwhile.
+            let (read, observed) = reconcile_attached(env, &p.spec, &p.plan, p.verify).await?;
+            p.progress = read;
+            observed_shadow = Some(observed);
+        }
+        Ok(Attached {
+            planned: p,
+            attached_now,
+            observed_shadow,
+        })
+    }
+}
+
+impl Attached {
+    /// Stage 4: with partition visibility, every partition not yet published goes into the
+    /// target at once (MOVE, or REPLACE in replace mode), once the shadow is checked and the
+    /// load's decision is this commit's.
+    async fn publish(self, env: &CommitEnv<'_>) -> Result<Published, CommitError> {
+        let Attached {
+            planned: mut p,
+            attached_now,
+            mut observed_shadow,
+        } = self;
+        let mut unrecorded = Vec::new();
+        while let CommitPhase::PublishPartitions { .. } = p.phase() {
+            let Some(observed) = observed_shadow.take() else {
                 // Resumed with every part attached: what waits in the shadow is checked by
                 // this run too before any of it becomes visible.
-                let (read, observed) = reconcile_attached(env, &spec, &plan, verify).await?;
-                progress = read;
+                let (read, observed) = reconcile_attached(env, &p.spec, &p.plan, p.verify).await?;
+                p.progress = read;
                 observed_shadow = Some(observed);
+                continue;
+            };
+            if p.spec.mode == Mode::Replace {
+                check_replace_overlap(env, &p.spec, &p.plan, &p.progress).await?;
             }
-            CommitPhase::PublishPartitions { .. } => {
-                if spec.mode == Mode::Replace {
-                    check_replace_overlap(env, &spec, &plan, &progress).await?;
-                }
-                if !decided {
-                    decide_commit(env, &load).await?;
-                    decided = true;
-                }
-                unrecorded =
-                    publish_partitions(env, &spec, &plan, &mut progress, observed_shadow.take())
-                        .await?
+            if !p.decided {
+                decide_commit(env, &p.spec.load).await?;
+                p.decided = true;
             }
+            unrecorded =
+                publish_partitions(env, &p.spec, &p.plan, &mut p.progress, Some(observed)).await?;
+        }
+        Ok(Published {
+            planned: p,
+            attached_now,
+            unrecorded,
+        })
+    }
+}
+
+impl Published {
+    /// The last stage: the `commit` entry (with the last round's `published:` entries in the
+    /// same INSERT), unless a concurrent commit recorded it already.
+    async fn finish(
+        self,
+        env: &CommitEnv<'_>,
+        started: Instant,
+    ) -> Result<CommitOutcome, CommitError> {
+        let Published {
+            planned: p,
+            attached_now,
+            unrecorded,
+        } = self;
+        let summary = p.summary();
+        match p.phase() {
+            CommitPhase::Done => Ok(outcome(summary, true, attached_now, started)),
             CommitPhase::MarkCommitted => {
-                let summary = summary_of(&spec, &plan);
                 crash_point("before-commit");
                 let body = serde_json::to_string(&summary).expect("a summary serializes");
-                // One INSERT: the partitions the last round moved, then the commit itself.
                 let mut rows: Vec<(String, &str, String)> = unrecorded
-                    .drain(..)
+                    .into_iter()
                     .map(|e: CommitEntry| (e.id(), kind::PARTITION_PUBLISHED, "{}".to_owned()))
                     .collect();
                 rows.push((CommitEntry::Commit.id(), kind::LOAD_COMMITTED, body));
-                env.ledger.append_many(&load, &rows).await?;
+                let load = &p.spec.load;
+                env.ledger.append_many(load, &rows).await?;
                 // Once this commit won the decision no abort can end the load; a ledger
                 // without decisions is read back to see which terminal entry came first.
-                if !decided {
-                    let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
+                if !p.decided {
+                    let view = env.ledger.view(load, crate::KNOWN_KINDS).await?;
                     if view.state != LoadState::Committed {
-                        return Err(CommitError::Aborted(load));
+                        return Err(CommitError::Aborted(load.clone()));
                     }
                 }
-                return Ok(CommitOutcome {
-                    summary,
-                    already_committed: false,
-                    attached_now,
-                    seconds: started.elapsed().as_secs_f64(),
-                });
+                Ok(outcome(summary, false, attached_now, started))
             }
-            CommitPhase::Done => {
-                let summary = summary_of(&spec, &plan);
-                return Ok(CommitOutcome {
-                    summary,
-                    already_committed: true,
-                    attached_now,
-                    seconds: started.elapsed().as_secs_f64(),
-                });
-            }
+            phase => unreachable!("the ledger's progress only grows: {phase:?} after publishing"),
         }
     }
 }
