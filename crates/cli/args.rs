@@ -31,15 +31,19 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Open a load (once, on the driver, before the job): record it in the ledger and snapshot
-    /// the target table's definition for the executors. Re-running it for an open load with the
-    /// same arguments is a no-op; for a finished load it exits with status 5.
+    /// the target table's definition for the executors. For a Distributed table: check every
+    /// shard, then open one sub-load per shard (`<load>.shard<N>`) and the cluster load.
+    /// Re-running it for an open load with the same arguments is a no-op; for a finished load
+    /// it exits with status 5.
     #[command(after_help = exit::HELP)]
     Begin(BeginArgs),
     /// Build one task attempt's rows into parts and publish them (on each executor). Reads
     /// Parquet files or an Arrow IPC stream on stdin, builds parts with clickhouse-local, uploads
     /// them into this attempt's staging dir, renames them into detached/ under attempt-scoped
-    /// names and prints the attempt manifest as one JSON line on stdout, last. Progress and logs
-    /// go to stderr.
+    /// names and prints the attempt manifest as one JSON line on stdout, last. For a load into a
+    /// Distributed table the rows are routed to the shards as ClickHouse routes them, each
+    /// shard's parts are published on its host, and the line is the cluster manifest (every
+    /// shard's). Progress and logs go to stderr.
     #[command(after_help = exit::HELP)]
     Build(BuildArgs),
     /// Attach exactly the winning attempts' parts (once, on the driver, after the job). The
