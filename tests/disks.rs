@@ -90,6 +90,18 @@ pub(crate) fn files_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Nothing staged on any of the server's JBOD disks.
+fn assert_no_staging(ch: &ClickHouse) {
+    for root in &ch.disks {
+        let left = files_under(&root.join("chpart-staging"));
+        assert!(
+            left.is_empty(),
+            "staging left on {}: {left:?}",
+            root.display()
+        );
+    }
+}
+
 /// The disks the manifests' parts were published on.
 fn disks_used(manifests: &[&Manifest]) -> BTreeSet<String> {
     manifests
@@ -165,14 +177,7 @@ fn loads_on_two_disks_exactly_once(visibility: &str) {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let (_, detached) = parts_by_disk(&ch, &s.db.name, "events");
     assert_eq!(detached, "", "nothing left in detached/ on any disk");
-    for root in &ch.disks {
-        let left = files_under(&root.join("chpart-staging"));
-        assert!(
-            left.is_empty(),
-            "staging left on {}: {left:?}",
-            root.display()
-        );
-    }
+    assert_no_staging(&ch);
     let status = s.run(&["status", "--load", &load, "--json"]);
     assert_eq!(status.status.code(), Some(0), "{}", text(&status));
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
@@ -204,14 +209,7 @@ fn abort_removes_the_load_from_every_disk() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let (active, detached) = parts_by_disk(&ch, &s.db.name, "events");
     assert_eq!((active.as_str(), detached.as_str()), ("", ""));
-    for root in &ch.disks {
-        let left = files_under(&root.join("chpart-staging"));
-        assert!(
-            left.is_empty(),
-            "staging left on {}: {left:?}",
-            root.display()
-        );
-    }
+    assert_no_staging(&ch);
 }
 
 #[test]

@@ -237,6 +237,16 @@ impl ClusterSetup {
             .collect()
     }
 
+    /// `chpart gc`, then every shard's `db.local` emptied: the next load of a test goes into
+    /// the same tables (and is compared with the same twin).
+    fn gc_and_empty(&self) {
+        let gc = self.run(&["gc"]);
+        assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+        for node in &self.cluster.nodes {
+            node.server.q("TRUNCATE TABLE db.local");
+        }
+    }
+
     /// Everything left in `db.local`'s detached/ on every shard, and every staged file.
     fn leftovers(&self) -> Vec<String> {
         let mut left = Vec::new();
@@ -403,12 +413,7 @@ fn a_cluster_commit_killed_at_any_step_resumes_exactly_once() {
             text(&out)
         );
         assert_exactly_once_as_routed(&s, point);
-        // The next load goes into the same tables: the twin grows with it.
-        let gc = s.run(&["gc"]);
-        assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
-        for node in &s.cluster.nodes {
-            node.server.q("TRUNCATE TABLE db.local");
-        }
+        s.gc_and_empty();
     }
     assert_eq!(s.leftovers(), Vec::<String>::new());
 }
@@ -538,11 +543,7 @@ fn two_cluster_commits_at_once_settle_on_one_plan_and_load_once() {
             assert!(text(loser).contains("other winners"), "{}", text(loser));
         }
         assert_exactly_once_as_routed(&s, &format!("round {round}"));
-        let gc = s.run(&["gc"]);
-        assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
-        for node in &s.cluster.nodes {
-            node.server.q("TRUNCATE TABLE db.local");
-        }
+        s.gc_and_empty();
     }
     assert_eq!(s.leftovers(), Vec::<String>::new());
 }
