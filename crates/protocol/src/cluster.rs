@@ -345,7 +345,6 @@ pub async fn begin_cluster(
             .columns(target.database.as_str(), target.table.as_str())
             .await?,
     );
-    let versions: Vec<&str> = vec![reference.version.as_str()];
     let spec = LoadSpec {
         load: req.load.clone(),
         target: target.clone(),
@@ -354,7 +353,9 @@ pub async fn begin_cluster(
         publish: local,
         target_snapshot,
         publish_snapshot: reference.snapshot,
-        server_version: versions[0].to_owned(),
+        // Shard 1's, for operators: every build checks its clickhouse-local against each
+        // shard's own version (recorded in the shard's sub-load).
+        server_version: reference.version,
         server_timezone: Some(reference.timezone),
         clickhouse_local_version: req.clickhouse_local_version.clone(),
         host: req.host.clone(),
