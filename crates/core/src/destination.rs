@@ -72,22 +72,27 @@ impl Destination {
         self.disks.iter().find(|d| d.disk == disk)
     }
 
-    /// The disk part number `seq` of `attempt` goes to: round robin over the disks, starting
-    /// at one derived from (load, attempt). Deterministic, so a resumed or re-read attempt
-    /// agrees with itself.
+    /// The disk part number `seq` of `attempt` goes to (see [`disk_index`]).
     pub fn disk_for(&self, load: &LoadId, attempt: &AttemptId, seq: u32) -> &DiskPlace {
-        let n = self.disks.len() as u64;
-        if n == 1 {
-            return &self.disks[0];
-        }
-        let mut canon = Canon::new("chpart-disk-offset-v1");
-        canon.str(load.as_str()).str(attempt.as_str());
-        let digest = canon.finish();
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&digest[..8]);
-        let offset = u64::from_be_bytes(first) % n;
-        &self.disks[((offset + u64::from(seq)) % n) as usize]
+        &self.disks[disk_index(load, attempt, seq, self.disks.len())]
     }
+}
+
+/// Which of `disks` disks (in the destination's order) part number `seq` of `attempt` goes to:
+/// round robin over them, starting at one derived from (load, attempt). Deterministic, so a
+/// resumed or re-read attempt agrees with itself.
+pub fn disk_index(load: &LoadId, attempt: &AttemptId, seq: u32, disks: usize) -> usize {
+    let n = disks.max(1) as u64;
+    if n == 1 {
+        return 0;
+    }
+    let mut canon = Canon::new("chpart-disk-offset-v1");
+    canon.str(load.as_str()).str(attempt.as_str());
+    let digest = canon.finish();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    let offset = u64::from_be_bytes(first) % n;
+    ((offset + u64::from(seq)) % n) as usize
 }
 
 /// A disk as the server describes it (`system.disks`).

@@ -43,8 +43,8 @@ pub use commit::{
     RowMismatch, Visibility, Winners, WinnersError,
 };
 pub use destination::{
-    publish_disks, Destination, DestinationError, DiskInfo, DiskName, DiskPlace, StagingRoots,
-    VolumeInfo,
+    disk_index, publish_disks, Destination, DestinationError, DiskInfo, DiskName, DiskPlace,
+    StagingRoots, VolumeInfo,
 };
 pub use fingerprint::{ColumnShape, FingerprintError, TableFingerprint, TableShape};
 pub use ids::{

@@ -1041,17 +1041,10 @@ impl<'a> Publisher<'a> {
         Ok(publisher)
     }
 
-    /// The index of the disk the attempt's part `seq` goes to.
+    /// The index of the disk the attempt's part `seq` goes to (the stagings are in the
+    /// destination's order).
     fn disk_for(&self, load: &LoadId, attempt: &AttemptId, seq: u32) -> usize {
-        let destination = Destination {
-            host: String::new(),
-            disks: self.stagings.iter().map(|s| s.place.clone()).collect(),
-        };
-        let disk = &destination.disk_for(load, attempt, seq).disk;
-        self.stagings
-            .iter()
-            .position(|s| &s.place.disk == disk)
-            .expect("disk_for picks one of the destination's disks")
+        chpart_core::disk_index(load, attempt, seq, self.stagings.len())
     }
 
     /// Claims the attempt's staging directory on disk `index` (exclusively, with `parts/`),
