@@ -272,6 +272,13 @@ impl ClusterSetup {
     }
 }
 
+/// How many shadow tables of `db.local` the server holds (one per open load of it).
+fn shadow_tables(server: &chpart_testenv::clickhouse::ClickHouse) -> String {
+    server.q(
+        "SELECT count() FROM system.tables WHERE database = 'db' AND name LIKE 'local__chpart_%'",
+    )
+}
+
 fn assert_exactly_once_as_routed(s: &ClusterSetup, what: &str) {
     for (i, (loaded, twin)) in s.per_shard().into_iter().enumerate() {
         assert_eq!(
@@ -297,7 +304,7 @@ fn a_distributed_table_loads_exactly_once_routed_as_clickhouse_routes() {
         assert_eq!(shards[i]["host"], node.address.to_string());
         assert_eq!(shards[i]["weight"], node.weight);
         // Each shard got its own sub-load with its own shadow of db.local.
-        let shadows = node.server.q("SELECT count() FROM system.tables WHERE database = 'db' AND name LIKE 'local__chpart_%'");
+        let shadows = shadow_tables(&node.server);
         assert_eq!(shadows, "1\n", "shard {}", node.shard_num);
     }
     // Three Spark partitions, each built by a loser and a winner, both published on every shard.
@@ -428,7 +435,7 @@ fn an_unreachable_shard_stops_begin_and_commit_before_anything_is_visible() {
     assert!(text(&out).contains("shard 3"), "{}", text(&out));
     for node in &s.cluster.nodes[..2] {
         assert_eq!(
-            node.server.q("SELECT count() FROM system.tables WHERE database = 'db' AND name LIKE 'local__chpart_%'"),
+            shadow_tables(&node.server),
             "0\n",
             "no shadow on shard {}",
             node.shard_num

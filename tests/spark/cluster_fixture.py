@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, ClickHouse, _fail
+from conftest import ROOT, ClickHouse, _fail, write_config
 from datasets import COLUMNS, create_table_sql
 
 CLUSTER = "spark_shards"
@@ -144,21 +144,8 @@ class Cluster:
     def write_config(self, path, work_dir):
         """chpart's config: node 1 is the server (and holds the ledger); every host stages next
         to its own data, as on a real cluster where each host has its own filesystem."""
-        entry = self.entry
-        text = (
-            "[clickhouse]\n"
-            f'url = "{entry.url}"\n'
-            "request_timeout_secs = 120\n"
-            "[transport]\n"
-            'kind = "local"\n'
-            "[clickhouse_local]\n"
-            f'command = "{ROOT / "deploy" / "clickhouse-local"}"\n'
-            f'work_dir = "{work_dir}"\n'
-            "[staging]\n"
-            f'root = "{entry.staging_root}"\n'
-            "[ledger]\n"
-            'database = "chpart"\n'
-        )
+        write_config(path, self.entry, work_dir)
+        text = path.read_text()
         for node in self.nodes:
             text += f'[[hosts]]\nname = "{node.address}"\nstaging_root = "{node.staging_root}"\n'
         path.write_text(text)
