@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use chpart_core::{detached_part_name, AttemptId, LoadId, PartName, PartitionId, StagingLayout};
 use chpart_remote::{RemoteError, RemoteFs, SftpConfig, SftpFs};
-use chpart_server::{Server, ServerConfig};
+use chpart_server::{ClickHouseServer, Server, ServerConfig};
 use chpart_testenv::clickhouse::{shared, ClickHouse, TestDb};
 use chpart_testenv::sshd::Sshd;
 

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use chpart_config::Config;
@@ -11,7 +12,7 @@ use chpart_protocol::cluster::begin_load;
 use chpart_protocol::ledger::{Mode, Visibility};
 use chpart_protocol::store::Ledger;
 use chpart_protocol::FailureKind;
-use chpart_server::{Secret, Server, ServerConfig};
+use chpart_server::{Secret, Server, ServerConfig, SharedServer};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::exit::{self, Failure};
@@ -313,14 +314,20 @@ pub fn load_config(arg: &ConfigArg) -> Result<Config, Failure> {
     Config::load(&arg.config, std::env::vars()).map_err(usage)
 }
 
-pub fn server_of(config: &Config) -> Server {
+/// The ledger's server (`[clickhouse] url`).
+pub fn server_of(config: &Config) -> SharedServer {
+    server_at(config, &config.clickhouse.url)
+}
+
+/// The server at `url`, with the configured user, password and timeout.
+pub fn server_at(config: &Config, url: &str) -> SharedServer {
     let ch = &config.clickhouse;
-    Server::new(&ServerConfig {
-        url: ch.url.clone(),
+    Arc::new(Server::new(&ServerConfig {
+        url: url.to_owned(),
         user: ch.user.clone(),
         password: ch.password.as_ref().map(|p| Secret::new(p.expose())),
         request_timeout: ch.request_timeout,
-    })
+    }))
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
@@ -375,7 +382,10 @@ fn run_plan(args: PlanArgs) -> Result<ExitCode, Failure> {
     let reach = crate::build::ConfigReach::new(config);
     let topology = runtime()?
         .block_on(chpart_protocol::cluster::plan(
-            &server, &reach, &table, &host_name,
+            server.as_ref(),
+            &reach,
+            &table,
+            &host_name,
         ))
         .map_err(|e| Failure::new(e.kind(), e))?;
     if args.json {

@@ -12,9 +12,9 @@ use chpart_protocol::cluster::Reach;
 use chpart_protocol::store::Ledger;
 use chpart_protocol::FailureKind;
 use chpart_remote::{LocalFs, RemoteError, RemoteFs, SftpConfig, SftpFs};
-use chpart_server::{Secret, Server, ServerConfig};
+use chpart_server::SharedServer;
 
-use crate::args::{load_config, runtime, server_of, usage, BuildArgs};
+use crate::args::{load_config, runtime, server_at, server_of, usage, BuildArgs};
 use crate::exit::{self, Failure};
 
 /// The configured server's filesystem.
@@ -52,14 +52,8 @@ impl ConfigReach {
 }
 
 impl Reach for ConfigReach {
-    fn server(&self, url: &str) -> Server {
-        let ch = &self.config.clickhouse;
-        Server::new(&ServerConfig {
-            url: url.to_owned(),
-            user: ch.user.clone(),
-            password: ch.password.as_ref().map(|p| Secret::new(p.expose())),
-            request_timeout: ch.request_timeout,
-        })
+    fn server(&self, url: &str) -> SharedServer {
+        server_at(&self.config, url)
     }
 
     fn connect(

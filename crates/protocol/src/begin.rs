@@ -9,7 +9,7 @@
 use chpart_core::{
     publish_disks, DiskInfo, DiskPlace, LoadId, StagingRoots, TableName, TableRef, VolumeInfo,
 };
-use chpart_server::{quote_table, ServerError};
+use chpart_server::{quote_table, ClickHouseServer, ServerError};
 use sha2::{Digest, Sha256};
 
 use chpart_core::commit::OpenReplaceLoad;
@@ -169,7 +169,7 @@ pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, 
 /// [`begin`] for a table on `server`, which need not be the ledger's (a shard of a cluster).
 pub async fn begin_on(
     ledger: &Ledger,
-    server: &chpart_server::Server,
+    server: &dyn ClickHouseServer,
     req: &BeginRequest,
 ) -> Result<BeginOutcome, BeginError> {
     ledger.ensure().await?;
@@ -335,7 +335,7 @@ pub(crate) async fn open_load(
 /// The disks of `table` a load publishes parts to, each with its staging root (see
 /// `chpart_core::destination`): the local disks of its storage policy's first volume.
 async fn resolve_disks(
-    server: &chpart_server::Server,
+    server: &dyn ClickHouseServer,
     table: &TableRef,
     snapshot: &TableSnapshot,
     roots: &StagingRoots,
@@ -381,7 +381,7 @@ async fn resolve_disks(
 /// it each time it starts; a restart between its ATTACH and its MOVE leaves a window (see the
 /// README's guarantees).
 pub async fn stop_merges(
-    server: &chpart_server::Server,
+    server: &dyn ClickHouseServer,
     shadow: &TableRef,
 ) -> Result<(), ServerError> {
     server

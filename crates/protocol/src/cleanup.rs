@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use chpart_core::commit::Visibility;
 use chpart_core::{DetachedEntry, DiskPlace, LoadId, PartName, RemotePath, StagingLayout};
 use chpart_remote::{RemoteError, RemoteFs};
-use chpart_server::{quote_table, Server, ServerError};
+use chpart_server::{quote_table, ClickHouseServer, ServerError, SharedServer};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Reach;
@@ -225,7 +225,7 @@ fn staged_attempts_on_disks(
 /// Removes (or lists, with `dry_run`) what a finished load left, on every disk it published
 /// to. Idempotent.
 pub async fn clean_finished_load(
-    server: &Server,
+    server: &dyn ClickHouseServer,
     fs: &dyn RemoteFs,
     staging: &StagingLayout,
     spec: &LoadSpec,
@@ -264,7 +264,7 @@ pub async fn clean_finished_load(
 /// [`clean_finished_load`] for the staging on one disk and the parts it published into that
 /// disk's `detached/`.
 async fn clean_disk(
-    server: &Server,
+    server: &dyn ClickHouseServer,
     fs: &dyn RemoteFs,
     spec: &LoadSpec,
     disk: &DiskPlace,
@@ -354,7 +354,7 @@ struct Dropped {
 /// drop such a name, so a crashed claim (see `chpart_core::commit::claim_crashed`) is first
 /// renamed back to its own name. A claim a running ATTACH may hold is left alone.
 async fn drop_listed_parts(
-    server: &Server,
+    server: &dyn ClickHouseServer,
     fs: &dyn RemoteFs,
     spec: &LoadSpec,
     data_path: &RemotePath,
@@ -474,7 +474,7 @@ pub async fn abort_with(
 /// [`abort_with`] of a load whose tables are on `server` (the ledger's, or a shard's).
 pub async fn abort_on(
     ledger: &Ledger,
-    server: &Server,
+    server: &dyn ClickHouseServer,
     fs: &dyn RemoteFs,
     staging: &StagingLayout,
     load: &LoadId,
@@ -589,10 +589,10 @@ impl<'a> Places<'a> {
     }
 
     /// The server, filesystem and configured staging root of `spec`'s tables.
-    fn of(&self, spec: &LoadSpec) -> Result<(Server, FsOf<'a>, StagingLayout), CleanupError> {
+    fn of(&self, spec: &LoadSpec) -> Result<(SharedServer, FsOf<'a>, StagingLayout), CleanupError> {
         let Some(of) = &spec.shard_of else {
             return Ok((
-                self.ledger.server().clone(),
+                self.ledger.shared_server(),
                 FsOf::Configured(self.fs),
                 self.staging.clone(),
             ));
@@ -759,7 +759,7 @@ async fn load_status(
     let gc_pending = match (&view.state, &view.spec) {
         (LoadState::Committed | LoadState::Aborted, Some(spec)) => {
             let (server, fs, staging) = places.of(spec)?;
-            clean_finished_load(&server, fs.get(), &staging, spec, true).await?
+            clean_finished_load(server.as_ref(), fs.get(), &staging, spec, true).await?
         }
         _ => Vec::new(),
     };
@@ -773,8 +773,9 @@ async fn load_status(
             if let (LoadState::Committed | LoadState::Aborted, Some(spec)) = (&sub.state, &sub.spec)
             {
                 let (server, fs, staging) = places.of(spec)?;
-                gc_pending
-                    .extend(clean_finished_load(&server, fs.get(), &staging, spec, true).await?);
+                gc_pending.extend(
+                    clean_finished_load(server.as_ref(), fs.get(), &staging, spec, true).await?,
+                );
             }
             let plan = sub.plan().map_err(LedgerStoreError::from)?;
             let progress = sub.progress().map_err(LedgerStoreError::from)?;
@@ -889,7 +890,8 @@ pub async fn gc(
             LoadState::Committed | LoadState::Aborted => {
                 let (server, fs, staging) = places.of(&spec)?;
                 let removed =
-                    clean_finished_load(&server, fs.get(), &staging, &spec, dry_run).await?;
+                    clean_finished_load(server.as_ref(), fs.get(), &staging, &spec, dry_run)
+                        .await?;
                 if !removed.is_empty() {
                     report.removed.push((load_id, removed));
                 }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use chpart_core::routing::{DistributedEngine, Routing, RoutingError, ShardWeight, ShardingKey};
 use chpart_core::{Attempt, AttemptId, IdError, LoadId, Manifest, StagingRoots, TableRef};
 use chpart_remote::{RemoteError, RemoteFs};
-use chpart_server::{Server, TableInfo};
+use chpart_server::{ClickHouseServer, SharedServer, TableInfo};
 use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -129,7 +129,7 @@ pub fn shard_load(load: &LoadId, shard_num: u32) -> Result<LoadId, IdError> {
 /// staging and detached/ paths are only meaningful there), with the host key verified.
 pub trait Reach: Send + Sync {
     /// A client for the server at `url`.
-    fn server(&self, url: &str) -> Server;
+    fn server(&self, url: &str) -> SharedServer;
     /// `connections` (at least one) connections to `host`'s filesystem.
     fn connect(
         &self,
@@ -164,7 +164,10 @@ struct ShardFacts {
     timezone: String,
 }
 
-async fn shard_facts(server: &Server, local: &TableRef) -> Result<ShardFacts, BeginError> {
+async fn shard_facts(
+    server: &dyn ClickHouseServer,
+    local: &TableRef,
+) -> Result<ShardFacts, BeginError> {
     let (db, table) = (local.database.as_str(), local.table.as_str());
     let info = server
         .table_info(db, table)
@@ -259,8 +262,8 @@ pub async fn begin_cluster(
 
     // Every shard's facts first: nothing is created anywhere unless every shard answers and
     // holds the same table in the same zone.
-    let servers: Vec<Server> = shards.iter().map(|s| reach.server(&s.url)).collect();
-    let facts = join_all(servers.iter().map(|s| shard_facts(s, &local))).await;
+    let servers: Vec<SharedServer> = shards.iter().map(|s| reach.server(&s.url)).collect();
+    let facts = join_all(servers.iter().map(|s| shard_facts(s.as_ref(), &local))).await;
     let mut first: Option<(&ShardSpec, ShardFacts)> = None;
     for (shard, facts) in shards.iter().zip(facts) {
         let facts = facts.map_err(|e| match e {
@@ -335,7 +338,7 @@ pub async fn begin_cluster(
                 url: shard.url.clone(),
             }),
         };
-        begin_on(ledger, server, &sub)
+        begin_on(ledger, server.as_ref(), &sub)
             .await
             .map_err(|e| shard_error(shard, e))?;
     }
@@ -506,7 +509,7 @@ pub struct ShardEnv {
     /// The shard.
     pub shard: ShardSpec,
     /// Its server.
-    pub server: Server,
+    pub server: SharedServer,
     /// Its filesystem.
     pub fs: Arc<dyn RemoteFs>,
     /// Its configured staging root (for loads that did not record theirs).
@@ -704,7 +707,7 @@ pub async fn commit_cluster(
                 tokio::spawn(async move {
                     let commit_env = CommitEnv {
                         ledger: &ledger,
-                        server: &server,
+                        server: server.as_ref(),
                         fs: fs.as_ref(),
                         staging,
                     };
@@ -824,7 +827,7 @@ pub async fn abort_cluster(
     for env in &envs {
         let removed = crate::cleanup::abort_on(
             ledger,
-            &env.server,
+            env.server.as_ref(),
             env.fs.as_ref(),
             &env.staging,
             &env.shard.load,
@@ -934,7 +937,7 @@ impl Topology {
 /// What one host says about `table` for [`plan`].
 async fn plan_host(reach: &dyn Reach, mut host: HostPlan, table: &TableRef) -> HostPlan {
     let server = reach.server(&host.url);
-    match shard_facts(&server, table).await {
+    match shard_facts(server.as_ref(), table).await {
         Ok(facts) => {
             host.version = Some(facts.version);
             host.fingerprint = Some(facts.snapshot.fingerprint.to_string());
@@ -1014,7 +1017,7 @@ async fn plan_host(reach: &dyn Reach, mut host: HostPlan, table: &TableRef) -> H
 /// disks parts would go to with their staging roots, and whether every host's server and
 /// filesystem answer.
 pub async fn plan(
-    server: &Server,
+    server: &dyn ClickHouseServer,
     reach: &dyn Reach,
     table: &TableRef,
     host_name: &str,

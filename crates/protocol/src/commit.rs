@@ -29,7 +29,7 @@ use chpart_core::commit::{
 };
 use chpart_core::{AttemptId, LoadId, PartName, PartitionId, RemotePath, StagingLayout, TableRef};
 use chpart_remote::RemoteFs;
-use chpart_server::{quote_str, quote_table, ServerError};
+use chpart_server::{quote_str, quote_table, ClickHouseServer, ServerError};
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::{kind, Decision, LoadSpec, LoadState, LoadView, Mode, Visibility};
@@ -79,7 +79,7 @@ pub struct CommitEnv<'a> {
     /// The ledger.
     pub ledger: &'a Ledger,
     /// The server of the load's tables (the ledger's, or a shard's for a shard's sub-load).
-    pub server: &'a chpart_server::Server,
+    pub server: &'a dyn ClickHouseServer,
     /// The server's filesystem (for verification).
     pub fs: &'a dyn RemoteFs,
     /// The configured staging root.
@@ -1026,7 +1026,7 @@ async fn attach_parts(
 /// A failed ATTACH is never resent blindly: its outcome is decided by the next observation
 /// ([`after_failed_attach`]).
 async fn attach_batch(
-    server: &chpart_server::Server,
+    server: &dyn ClickHouseServer,
     table: &TableRef,
     batch: &[chpart_core::PartName],
 ) -> (
@@ -1035,22 +1035,23 @@ async fn attach_batch(
 ) {
     let (mut done, mut failed) = (Vec::new(), Vec::new());
     let mut pending = batch.iter();
-    let mut running = tokio::task::JoinSet::new();
+    // Concurrent in this task (no spawn): the requests are I/O, and `server` is borrowed.
+    let mut running = futures_util::stream::FuturesUnordered::new();
     loop {
         while running.len() < ATTACH_CONCURRENCY && failed.is_empty() {
             let Some(part) = pending.next() else { break };
             crash_point("before-attach");
-            let (server, part) = (server.clone(), part.clone());
-            let (db, name) = (table.database.to_string(), table.table.to_string());
-            running.spawn(async move {
-                let result = server.attach_part(&db, &name, &part.to_string()).await;
-                (part, result)
+            let (db, name) = (&table.database, &table.table);
+            running.push(async move {
+                let result = server
+                    .attach_part(db.as_str(), name.as_str(), &part.to_string())
+                    .await;
+                (part.clone(), result)
             });
         }
-        let Some(joined) = running.join_next().await else {
+        let Some((part, result)) = futures_util::StreamExt::next(&mut running).await else {
             break;
         };
-        let (part, result) = joined.expect("an ATTACH task does not panic");
         match result {
             Ok(()) => {
                 crash_point("after-attach");

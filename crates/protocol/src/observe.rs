@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chpart_core::manifest::PartEntry;
 use chpart_core::{DetachedEntry, RemotePath, TableRef};
 use chpart_remote::{FileKind, RemoteError, RemoteFs};
-use chpart_server::{Server, ServerError};
+use chpart_server::{ClickHouseServer, ServerError};
 
 /// A table's parts as the server reports them.
 #[derive(Debug, Default, Clone)]
@@ -48,7 +48,10 @@ pub struct ActivePart {
 }
 
 /// Reads `system.detached_parts` and the active `system.parts` of `table` (one query).
-pub async fn table_parts(server: &Server, table: &TableRef) -> Result<TableParts, ServerError> {
+pub async fn table_parts(
+    server: &dyn ClickHouseServer,
+    table: &TableRef,
+) -> Result<TableParts, ServerError> {
     let (db, name) = (table.database.as_str(), table.table.as_str());
     let mut out = TableParts::default();
     for row in server.table_state(db, name).await? {
@@ -113,7 +116,10 @@ pub struct ClaimCheck {
 impl ClaimCheck {
     /// Reads the server's start time and the ATTACHes running on `table`. Call it after
     /// observing `table`, and only when that observation holds a leftover to decide.
-    pub async fn read(server: &Server, table: &TableRef) -> Result<ClaimCheck, ServerError> {
+    pub async fn read(
+        server: &dyn ClickHouseServer,
+        table: &TableRef,
+    ) -> Result<ClaimCheck, ServerError> {
         let activity = server.attach_activity(table.table.as_str()).await?;
         Ok(ClaimCheck {
             server_started_unix: activity.started_unix,

@@ -4,9 +4,9 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use chpart_core::LoadId;
-use chpart_server::{quote_ident, quote_str, Server, ServerError};
-use clickhouse::Row;
-use serde::Deserialize;
+use chpart_server::{
+    quote_ident, quote_str, ClickHouseServer, LedgerRow, ServerError, SharedServer,
+};
 
 use crate::ledger::{
     kind, replay, Decision, DecisionBody, Entry, LedgerError, LoadView, DECISION_ENTRY,
@@ -20,31 +20,19 @@ pub const DEDUPLICATION_WINDOW: u64 = 10_000;
 /// The ledger of one ClickHouse server, in `database`.
 #[derive(Debug, Clone)]
 pub struct Ledger {
-    server: Server,
+    server: SharedServer,
     database: String,
     writer: String,
 }
 
-#[derive(Debug, Row, Deserialize)]
-struct EntryRow {
-    load_id: String,
-    entry_id: String,
-    kind: String,
-    written_at_ms: i64,
-    writer: String,
-    body: String,
-}
-
-impl From<EntryRow> for Entry {
-    fn from(r: EntryRow) -> Entry {
-        Entry {
-            load_id: r.load_id,
-            entry_id: r.entry_id,
-            kind: r.kind,
-            written_at_ms: r.written_at_ms,
-            writer: r.writer,
-            body: r.body,
-        }
+fn entry_of(r: LedgerRow) -> Entry {
+    Entry {
+        load_id: r.load_id,
+        entry_id: r.entry_id,
+        kind: r.kind,
+        written_at_ms: r.written_at_ms,
+        writer: r.writer,
+        body: r.body,
     }
 }
 
@@ -85,7 +73,7 @@ pub fn now_unix_ms() -> u64 {
 
 impl Ledger {
     /// The ledger in `database` of `server`. Nothing is sent until used.
-    pub fn new(server: Server, database: &str) -> Ledger {
+    pub fn new(server: SharedServer, database: &str) -> Ledger {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         Ledger {
             server,
@@ -245,12 +233,12 @@ impl Ledger {
              writer, body FROM {} WHERE load_id = {{l:String}} ORDER BY written_at, entry_id",
             self.table()
         );
-        let rows: Vec<EntryRow> = self
+        let rows = self
             .server
-            .fetch(&sql, &[("l", load.as_str())])
+            .ledger_entries(&sql, &[("l", load.as_str())])
             .await
             .map_err(|e| self.err(e))?;
-        Ok(rows.into_iter().map(Entry::from).collect())
+        Ok(rows.into_iter().map(entry_of).collect())
     }
 
     /// The load's state by replay. A missing ledger table means no load was ever begun.
@@ -271,9 +259,14 @@ impl Ledger {
         Ok(replay(entries, known_kinds)?)
     }
 
-    /// The underlying server client.
-    pub fn server(&self) -> &Server {
-        &self.server
+    /// The ledger's server.
+    pub fn server(&self) -> &dyn ClickHouseServer {
+        self.server.as_ref()
+    }
+
+    /// The ledger's server, to hold on to.
+    pub fn shared_server(&self) -> SharedServer {
+        self.server.clone()
     }
 
     /// The ledger database.
@@ -293,7 +286,7 @@ impl Ledger {
              writer, body FROM {} ORDER BY load_id, written_at, entry_id",
             self.table()
         );
-        let rows: Vec<EntryRow> = match self.server.fetch(&sql, &[]).await {
+        let rows = match self.server.ledger_entries(&sql, &[]).await {
             Ok(rows) => rows,
             Err(e) if matches!(e.code(), Some(60) | Some(81)) => Vec::new(),
             Err(e) => return Err(self.err(e)),
@@ -301,9 +294,7 @@ impl Ledger {
         let mut out: std::collections::BTreeMap<String, Vec<Entry>> =
             std::collections::BTreeMap::new();
         for r in rows {
-            out.entry(r.load_id.clone())
-                .or_default()
-                .push(Entry::from(r));
+            out.entry(r.load_id.clone()).or_default().push(entry_of(r));
         }
         Ok(out)
     }

@@ -1,6 +1,6 @@
 //! chpart's ClickHouse client: the statements the protocol needs, typed answers, typed errors.
 //!
-//! Everything chpart asks of the server goes through [`Server`]: reading a table's definition
+//! Everything chpart asks of the server goes through [`ClickHouseServer`] (HTTP: [`Server`]): reading a table's definition
 //! and where it stores data, listing active and detached parts, `ATTACH PART '<exact name>'`
 //! (never `ATTACH PARTITION`, which would take every validly named part in `detached/`, losers
 //! included), and dropping detached parts. It speaks HTTP through the official `clickhouse`
@@ -13,9 +13,13 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod faults;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use async_trait::async_trait;
 
 use clickhouse::Row;
 use serde::Deserialize;
@@ -223,6 +227,23 @@ pub struct TableCheck {
     pub pending_mutations: u64,
 }
 
+/// One entry of chpart's ledger table as [`ClickHouseServer::ledger_entries`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct LedgerRow {
+    /// The load.
+    pub load_id: String,
+    /// The entry's id within the load.
+    pub entry_id: String,
+    /// Its kind.
+    pub kind: String,
+    /// When the server wrote it, in Unix milliseconds.
+    pub written_at_ms: i64,
+    /// `host:pid` of the writer.
+    pub writer: String,
+    /// Its JSON body.
+    pub body: String,
+}
+
 /// `system.tables` as [`TableInfo`] reads it (add a WHERE clause).
 const TABLE_INFO_SELECT: &str = "SELECT database, name, toString(uuid) AS uuid, engine, \
      engine_full, create_table_query, partition_key, sorting_key, primary_key, sampling_key, \
@@ -230,7 +251,10 @@ const TABLE_INFO_SELECT: &str = "SELECT database, name, toString(uuid) AS uuid, 
 /// The `system.columns` fields of [`ColumnInfo`].
 const COLUMN_FIELDS: &str = "name, type, default_kind, default_expression";
 
-/// A connection to one ClickHouse server.
+/// A server as the protocol holds it: shared, behind the trait.
+pub type SharedServer = Arc<dyn ClickHouseServer>;
+
+/// A connection to one ClickHouse server over HTTP: the [`ClickHouseServer`] of production.
 #[derive(Clone)]
 pub struct Server {
     client: clickhouse::Client,
@@ -363,24 +387,170 @@ impl Server {
         }
         self.run(sql, query.fetch_all::<T>()).await
     }
+}
+
+/// What chpart asks of one ClickHouse server: every read and every change the protocol makes.
+/// The protocol (begin, build's fences, commit, abort, gc, status) holds servers only as
+/// [`SharedServer`], so a test can wrap a real server in [`faults::Faulty`] and drive the
+/// protocol in-process with a fault at an exact statement.
+///
+/// Guarantees of every implementation (the conformance suite in `tests/server.rs` checks them):
+/// - a call sends its statement at most once; nothing retries inside (retrying is the caller's
+///   decision, by the error's [`ErrorClass`]);
+/// - a read changes nothing;
+/// - `Ok` from a change (`execute`, `attach_part`, `drop_detached_part`) means the server applied
+///   it; after a transport error (no answer, connection lost: [`ErrorClass::Unknown`] for a
+///   change) the outcome is unknown, and the caller learns it by reading the server back
+///   (`table_state`, `detached_parts`), never by sending the change again;
+/// - every error names the endpoint and the statement.
+#[async_trait]
+pub trait ClickHouseServer: Send + Sync + fmt::Debug {
+    /// The endpoint URL, for messages.
+    fn endpoint(&self) -> &str;
+
+    /// Runs a statement that returns no rows (DDL, ALTER, INSERT ... VALUES). Sent verbatim.
+    /// `Ok` means the server finished it; an unclear error (transport, timeout) means it may or
+    /// may not have taken effect: the caller reads the server back before acting on it.
+    async fn execute(&self, sql: &str) -> Result<(), ServerError>;
+
+    /// The rows of a query that selects chpart's ledger columns (`load_id, entry_id, kind,
+    /// written_at_ms, writer, body`), with `{name: Type}` server-side parameters.
+    async fn ledger_entries(
+        &self,
+        sql: &str,
+        params: &[(&str, &str)],
+    ) -> Result<Vec<LedgerRow>, ServerError>;
 
     /// The server's version string, e.g. `26.9.2.1`.
-    pub async fn version(&self) -> Result<String, ServerError> {
+    async fn version(&self) -> Result<String, ServerError>;
+
+    /// The server's time zone (`SELECT timezone()`): the zone of `DateTime` columns without
+    /// one, so the zone their partition keys are computed in.
+    async fn timezone(&self) -> Result<String, ServerError>;
+
+    /// Whether `database` exists.
+    async fn database_exists(&self, database: &str) -> Result<bool, ServerError>;
+
+    /// The table's definition and data paths, or `None` if it does not exist.
+    async fn table_info(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Option<TableInfo>, ServerError>;
+
+    /// The replicas of `cluster` in config order (`system.clusters`); empty if the server
+    /// knows no such cluster.
+    async fn cluster_replicas(&self, cluster: &str) -> Result<Vec<ClusterReplica>, ServerError>;
+
+    /// Every replica of `cluster` that answers, asked through the cluster itself
+    /// (`clusterAllReplicas`, skipping replicas that do not answer): its shard, TCP and HTTP
+    /// ports.
+    async fn cluster_http_ports(&self, cluster: &str) -> Result<Vec<ReplicaPorts>, ServerError>;
+
+    /// The type ClickHouse gives `expression` over the columns of `database.table`
+    /// (`toTypeName`), e.g. a Distributed table's sharding key over its local table.
+    async fn type_of(
+        &self,
+        expression: &str,
+        database: &str,
+        table: &str,
+    ) -> Result<String, ServerError>;
+
+    /// The server's disks (`system.disks`).
+    async fn disks(&self) -> Result<Vec<DiskRow>, ServerError>;
+
+    /// The volumes of storage policy `policy`, by priority (`system.storage_policies`).
+    async fn policy_volumes(&self, policy: &str) -> Result<Vec<VolumeRow>, ServerError>;
+
+    /// The materialized views that read from the table (as `db.view`): those an INSERT into it
+    /// triggers. On 26.9 `system.tables.dependencies_database/_table` of the source table lists
+    /// them (a plain view is not listed: it reads the table when queried).
+    async fn materialized_views(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Vec<String>, ServerError>;
+
+    /// The table's columns in order.
+    async fn columns(&self, database: &str, table: &str) -> Result<Vec<ColumnInfo>, ServerError>;
+
+    /// Everything in the table's `detached/` directories.
+    async fn detached_parts(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Vec<DetachedPartInfo>, ServerError>;
+
+    /// `ALTER TABLE db.t ATTACH PART '<name>'`: the server claims `detached/<name>` by renaming
+    /// it, so a part can be attached at most once. Not idempotent: after a transport error the
+    /// caller must look at `system.parts` and `detached/` before doing anything else.
+    async fn attach_part(&self, database: &str, table: &str, part: &str)
+        -> Result<(), ServerError>;
+
+    /// `CHECK TABLE db.t`, one row per active part: the server reads every file of every part
+    /// and compares it with the part's `checksums.txt` (sizes *and* content, unlike ATTACH,
+    /// which compares sizes only). Reads all of the table's data: meant for a shadow table
+    /// that holds one load's parts.
+    async fn check_parts(&self, database: &str, table: &str)
+        -> Result<Vec<PartCheck>, ServerError>;
+
+    /// `ALTER TABLE db.t DROP DETACHED PART '<name>'` with `allow_drop_detached = 1`.
+    async fn drop_detached_part(
+        &self,
+        database: &str,
+        table: &str,
+        part: &str,
+    ) -> Result<(), ServerError>;
+
+    /// The table's `detached/` entries and active parts, in one query (one consistent-enough
+    /// observation for the commit's decisions, at the cost of one round trip, not two).
+    async fn table_state(&self, database: &str, table: &str) -> Result<Vec<StateRow>, ServerError>;
+
+    /// The server's start time and the ATTACH queries running on `table` (by its name in the
+    /// query text, so any database, any part and `ATTACH PARTITION` too: a false match only
+    /// makes a caller wait). An ATTACH holds its claim on a detached part (`attaching_<name>`)
+    /// only while its query runs, and a running query is in `system.processes`.
+    async fn attach_activity(&self, table: &str) -> Result<AttachActivity, ServerError>;
+
+    /// Definition, columns and pending mutations of several tables in three queries (not
+    /// three per table). The result is in the order of `tables`.
+    async fn check_tables(&self, tables: &[(&str, &str)]) -> Result<Vec<TableCheck>, ServerError>;
+
+    /// `count()` of the table.
+    async fn count(&self, database: &str, table: &str) -> Result<u64, ServerError>;
+}
+
+#[async_trait]
+impl ClickHouseServer for Server {
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    async fn execute(&self, sql: &str) -> Result<(), ServerError> {
+        Server::execute(self, sql).await
+    }
+
+    async fn ledger_entries(
+        &self,
+        sql: &str,
+        params: &[(&str, &str)],
+    ) -> Result<Vec<LedgerRow>, ServerError> {
+        self.fetch(sql, params).await
+    }
+
+    async fn version(&self) -> Result<String, ServerError> {
         let sql = "SELECT version()";
         self.run(sql, self.client.query_raw(sql).fetch_one::<String>())
             .await
     }
 
-    /// The server's time zone (`SELECT timezone()`): the zone of `DateTime` columns without
-    /// one, so the zone their partition keys are computed in.
-    pub async fn timezone(&self) -> Result<String, ServerError> {
+    async fn timezone(&self) -> Result<String, ServerError> {
         let sql = "SELECT timezone()";
         self.run(sql, self.client.query_raw(sql).fetch_one::<String>())
             .await
     }
 
-    /// Whether `database` exists.
-    pub async fn database_exists(&self, database: &str) -> Result<bool, ServerError> {
+    async fn database_exists(&self, database: &str) -> Result<bool, ServerError> {
         let rows: Vec<u8> = self
             .fetch(
                 "SELECT 1::UInt8 FROM system.databases WHERE name = {db:String}",
@@ -390,8 +560,7 @@ impl Server {
         Ok(!rows.is_empty())
     }
 
-    /// The table's definition and data paths, or `None` if it does not exist.
-    pub async fn table_info(
+    async fn table_info(
         &self,
         database: &str,
         table: &str,
@@ -402,25 +571,14 @@ impl Server {
         Ok(rows.pop())
     }
 
-    /// The replicas of `cluster` in config order (`system.clusters`); empty if the server
-    /// knows no such cluster.
-    pub async fn cluster_replicas(
-        &self,
-        cluster: &str,
-    ) -> Result<Vec<ClusterReplica>, ServerError> {
+    async fn cluster_replicas(&self, cluster: &str) -> Result<Vec<ClusterReplica>, ServerError> {
         let sql =
             "SELECT shard_num, shard_weight, replica_num, host_name, port FROM system.clusters \
                    WHERE cluster = {c:String} ORDER BY shard_num, replica_num";
         self.fetch(sql, &[("c", cluster)]).await
     }
 
-    /// Every replica of `cluster` that answers, asked through the cluster itself
-    /// (`clusterAllReplicas`, skipping replicas that do not answer): its shard, TCP and HTTP
-    /// ports.
-    pub async fn cluster_http_ports(
-        &self,
-        cluster: &str,
-    ) -> Result<Vec<ReplicaPorts>, ServerError> {
+    async fn cluster_http_ports(&self, cluster: &str) -> Result<Vec<ReplicaPorts>, ServerError> {
         let sql = format!(
             "SELECT shardNum() AS shard_num, toUInt16(tcpPort()) AS tcp_port, \
              toUInt16(getServerPort('http_port')) AS http_port \
@@ -432,9 +590,7 @@ impl Server {
         self.fetch(&sql, &[]).await
     }
 
-    /// The type ClickHouse gives `expression` over the columns of `database.table`
-    /// (`toTypeName`), e.g. a Distributed table's sharding key over its local table.
-    pub async fn type_of(
+    async fn type_of(
         &self,
         expression: &str,
         database: &str,
@@ -448,23 +604,18 @@ impl Server {
             .await
     }
 
-    /// The server's disks (`system.disks`).
-    pub async fn disks(&self) -> Result<Vec<DiskRow>, ServerError> {
+    async fn disks(&self) -> Result<Vec<DiskRow>, ServerError> {
         let sql = "SELECT name, path, type, toBool(is_remote) AS is_remote FROM system.disks ORDER BY name";
         self.fetch(sql, &[]).await
     }
 
-    /// The volumes of storage policy `policy`, by priority (`system.storage_policies`).
-    pub async fn policy_volumes(&self, policy: &str) -> Result<Vec<VolumeRow>, ServerError> {
+    async fn policy_volumes(&self, policy: &str) -> Result<Vec<VolumeRow>, ServerError> {
         let sql = "SELECT volume_name, volume_priority, disks FROM system.storage_policies \
                    WHERE policy_name = {p:String} ORDER BY volume_priority";
         self.fetch(sql, &[("p", policy)]).await
     }
 
-    /// The materialized views that read from the table (as `db.view`): those an INSERT into it
-    /// triggers. On 26.9 `system.tables.dependencies_database/_table` of the source table lists
-    /// them (a plain view is not listed: it reads the table when queried).
-    pub async fn materialized_views(
+    async fn materialized_views(
         &self,
         database: &str,
         table: &str,
@@ -475,12 +626,7 @@ impl Server {
         self.fetch(sql, &[("db", database), ("t", table)]).await
     }
 
-    /// The table's columns in order.
-    pub async fn columns(
-        &self,
-        database: &str,
-        table: &str,
-    ) -> Result<Vec<ColumnInfo>, ServerError> {
+    async fn columns(&self, database: &str, table: &str) -> Result<Vec<ColumnInfo>, ServerError> {
         let sql = format!(
             "SELECT {COLUMN_FIELDS} FROM system.columns \
              WHERE database = {{db:String}} AND table = {{t:String}} ORDER BY position"
@@ -488,8 +634,7 @@ impl Server {
         self.fetch(&sql, &[("db", database), ("t", table)]).await
     }
 
-    /// Everything in the table's `detached/` directories.
-    pub async fn detached_parts(
+    async fn detached_parts(
         &self,
         database: &str,
         table: &str,
@@ -501,10 +646,7 @@ impl Server {
         self.fetch(sql, &[("db", database), ("t", table)]).await
     }
 
-    /// `ALTER TABLE db.t ATTACH PART '<name>'`: the server claims `detached/<name>` by renaming
-    /// it, so a part can be attached at most once. Not idempotent: after a transport error the
-    /// caller must look at `system.parts` and `detached/` before doing anything else.
-    pub async fn attach_part(
+    async fn attach_part(
         &self,
         database: &str,
         table: &str,
@@ -518,11 +660,7 @@ impl Server {
         self.execute(&sql).await
     }
 
-    /// `CHECK TABLE db.t`, one row per active part: the server reads every file of every part
-    /// and compares it with the part's `checksums.txt` (sizes *and* content, unlike ATTACH,
-    /// which compares sizes only). Reads all of the table's data: meant for a shadow table
-    /// that holds one load's parts.
-    pub async fn check_parts(
+    async fn check_parts(
         &self,
         database: &str,
         table: &str,
@@ -534,8 +672,7 @@ impl Server {
         self.fetch(&sql, &[]).await
     }
 
-    /// `ALTER TABLE db.t DROP DETACHED PART '<name>'` with `allow_drop_detached = 1`.
-    pub async fn drop_detached_part(
+    async fn drop_detached_part(
         &self,
         database: &str,
         table: &str,
@@ -549,13 +686,7 @@ impl Server {
         self.execute(&sql).await
     }
 
-    /// The table's `detached/` entries and active parts, in one query (one consistent-enough
-    /// observation for the commit's decisions, at the cost of one round trip, not two).
-    pub async fn table_state(
-        &self,
-        database: &str,
-        table: &str,
-    ) -> Result<Vec<StateRow>, ServerError> {
+    async fn table_state(&self, database: &str, table: &str) -> Result<Vec<StateRow>, ServerError> {
         let sql = "SELECT true AS detached, name, ifNull(partition_id, '') AS partition_id, \
                    ifNull(reason, '') AS reason, toUInt64(0) AS rows, '' AS hash_of_all_files, \
                    toUInt64(toUnixTimestamp(modification_time)) AS modified_unix, \
@@ -568,11 +699,7 @@ impl Server {
         self.fetch(sql, &[("db", database), ("t", table)]).await
     }
 
-    /// The server's start time and the ATTACH queries running on `table` (by its name in the
-    /// query text, so any database, any part and `ATTACH PARTITION` too: a false match only
-    /// makes a caller wait). An ATTACH holds its claim on a detached part (`attaching_<name>`)
-    /// only while its query runs, and a running query is in `system.processes`.
-    pub async fn attach_activity(&self, table: &str) -> Result<AttachActivity, ServerError> {
+    async fn attach_activity(&self, table: &str) -> Result<AttachActivity, ServerError> {
         let sql = "SELECT toUInt64(toUnixTimestamp(now()) - uptime()) AS started_unix, \
                    toUInt64(count()) AS attaching FROM system.processes \
                    WHERE query_id != queryID() AND query_kind = 'Alter' \
@@ -587,12 +714,7 @@ impl Server {
             })
     }
 
-    /// Definition, columns and pending mutations of several tables in three queries (not
-    /// three per table). The result is in the order of `tables`.
-    pub async fn check_tables(
-        &self,
-        tables: &[(&str, &str)],
-    ) -> Result<Vec<TableCheck>, ServerError> {
+    async fn check_tables(&self, tables: &[(&str, &str)]) -> Result<Vec<TableCheck>, ServerError> {
         let names: Vec<(String, String)> = (0..tables.len())
             .map(|i| (format!("d{i}"), format!("t{i}")))
             .collect();
@@ -672,8 +794,7 @@ impl Server {
             .collect())
     }
 
-    /// `count()` of the table.
-    pub async fn count(&self, database: &str, table: &str) -> Result<u64, ServerError> {
+    async fn count(&self, database: &str, table: &str) -> Result<u64, ServerError> {
         let sql = format!("SELECT count() FROM {}", quote_table(database, table));
         self.run(&sql, self.client.query_raw(&sql).fetch_one::<u64>())
             .await
@@ -681,7 +802,7 @@ impl Server {
 }
 
 /// A statement shortened for error messages (first line, at most 200 characters).
-fn short(sql: &str) -> String {
+pub(crate) fn short(sql: &str) -> String {
     let line = sql.trim().lines().next().unwrap_or("");
     if line.chars().count() > 200 {
         format!("{}...", line.chars().take(200).collect::<String>())

@@ -1,17 +1,36 @@
-//! chpart-server against the real ClickHouse 26.9 engine.
+//! The [`ClickHouseServer`] conformance suite against the real ClickHouse 26.9 engine: every
+//! test runs against every implementation (HTTP [`Server`], and [`Faulty`] around it with no
+//! fault armed), then the faults themselves.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use chpart_server::{ErrorClass, Server, ServerConfig, ServerError};
+use chpart_server::faults::{Effect, Fault, Faulty};
+use chpart_server::{
+    ClickHouseServer, ErrorClass, Server, ServerConfig, ServerError, SharedServer,
+};
 use chpart_testenv::clickhouse::{shared, ClickHouse, TestDb};
 
 fn client(server: &ClickHouse) -> Server {
+    client_at(&server.url(), None)
+}
+
+fn client_at(url: &str, password: Option<&str>) -> Server {
     Server::new(&ServerConfig {
-        url: server.url(),
+        url: url.to_owned(),
         user: "default".into(),
-        password: None,
+        password: password.map(chpart_server::Secret::new),
         request_timeout: Duration::from_secs(60),
     })
+}
+
+/// Every implementation of the trait over `server`, named for messages and database names.
+fn implementations(server: Server) -> Vec<(&'static str, SharedServer)> {
+    let http: SharedServer = Arc::new(server);
+    vec![
+        ("http", http.clone()),
+        ("faulty", Arc::new(Faulty::new(http)) as SharedServer),
+    ]
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -24,14 +43,23 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn reads_definitions_parts_and_detached_parts() {
     let ch = shared();
-    let db = TestDb::new(ch, "server_reads");
+    for (implementation, server) in implementations(client(ch)) {
+        reads_definitions_parts_and_detached_parts_on(ch, implementation, server.as_ref());
+    }
+}
+
+fn reads_definitions_parts_and_detached_parts_on(
+    ch: &ClickHouse,
+    implementation: &str,
+    server: &dyn ClickHouseServer,
+) {
+    let db = TestDb::new(ch, &format!("server_reads_{implementation}"));
     let d = &db.name;
     ch.q(&format!(
         "CREATE TABLE `{d}`.ev (ts DateTime, id UInt64, name LowCardinality(String) DEFAULT 'x') \
          ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id"
     ));
     ch.q(&format!("INSERT INTO `{d}`.ev (ts, id) VALUES ('2026-01-05 00:00:00', 1), ('2026-02-05 00:00:00', 2)"));
-    let server = client(ch);
     runtime().block_on(async {
         assert_eq!(server.version().await.unwrap(), "26.9.2.1");
         assert!(server.database_exists(d).await.unwrap());
@@ -123,7 +151,17 @@ fn reads_definitions_parts_and_detached_parts() {
 #[test]
 fn table_state_and_check_tables_answer_for_several_tables_at_once() {
     let ch = shared();
-    let db = TestDb::new(ch, "server_batched");
+    for (implementation, server) in implementations(client(ch)) {
+        table_state_and_check_tables_on(ch, implementation, server.as_ref());
+    }
+}
+
+fn table_state_and_check_tables_on(
+    ch: &ClickHouse,
+    implementation: &str,
+    server: &dyn ClickHouseServer,
+) {
+    let db = TestDb::new(ch, &format!("server_batched_{implementation}"));
     let d = &db.name;
     for t in ["a", "b"] {
         ch.q(&format!(
@@ -143,7 +181,6 @@ fn table_state_and_check_tables_answer_for_several_tables_at_once() {
     ch.q(&format!(
         "ALTER TABLE `{d}`.b DELETE WHERE id = 1 SETTINGS mutations_sync = 0"
     ));
-    let server = client(ch);
     runtime().block_on(async {
         let parts = server.table_state(d, "a").await.unwrap();
         let jan = parts.iter().find(|p| p.partition_id == "202601").unwrap();
@@ -193,19 +230,23 @@ fn table_state_and_check_tables_answer_for_several_tables_at_once() {
 
 #[test]
 fn server_errors_carry_code_name_and_statement() {
-    let ch = shared();
-    let server = client(ch);
-    let err = runtime()
-        .block_on(server.execute("SELECT * FROM no_db_xyz.no_table"))
-        .unwrap_err();
-    match &err {
+    for (implementation, server) in implementations(client(shared())) {
+        let err = runtime()
+            .block_on(server.execute("SELECT * FROM no_db_xyz.no_table"))
+            .unwrap_err();
+        server_error_is_typed(implementation, &err);
+    }
+}
+
+fn server_error_is_typed(implementation: &str, err: &ServerError) {
+    match err {
         ServerError::Server {
             code,
             name,
             statement,
             ..
         } => {
-            assert_eq!(*code, 81, "{err}");
+            assert_eq!(*code, 81, "{implementation}: {err}");
             assert_eq!(name.as_deref(), Some("UNKNOWN_DATABASE"));
             assert!(statement.contains("no_db_xyz"));
         }
@@ -218,23 +259,109 @@ fn server_errors_carry_code_name_and_statement() {
 fn unreachable_server_is_a_transport_error() {
     let closed = chpart_testenv::ClosedPort::new();
     let port = closed.port;
-    let server = Server::new(&ServerConfig {
-        url: format!("http://127.0.0.1:{port}"),
-        user: "default".into(),
-        password: Some(chpart_server::Secret::new("hunter2-secret")),
-        request_timeout: Duration::from_secs(10),
-    });
-    let err = runtime()
-        .block_on(server.attach_part("d", "t", "all_1_1_0"))
-        .unwrap_err();
-    assert!(matches!(err, ServerError::Transport { .. }), "{err:?}");
+    let url = format!("http://127.0.0.1:{port}");
+    for (implementation, server) in implementations(client_at(&url, Some("hunter2-secret"))) {
+        let err = runtime()
+            .block_on(server.attach_part("d", "t", "all_1_1_0"))
+            .unwrap_err();
+        unreachable_is_transport(implementation, port, &err, &format!("{server:?}"));
+    }
+}
+
+fn unreachable_is_transport(implementation: &str, port: u16, err: &ServerError, server: &str) {
+    assert!(
+        matches!(err, ServerError::Transport { .. }),
+        "{implementation}: {err:?}"
+    );
     assert_eq!(
         err.class(false),
         ErrorClass::Unknown,
         "ATTACH after a transport error must be reconciled"
     );
     assert_eq!(err.class(true), ErrorClass::Transient);
-    let text = format!("{err} {err:?} {server:?}");
+    let text = format!("{err} {err:?} {server}");
     assert!(text.contains(&port.to_string()));
     assert!(!text.contains("hunter2"), "a secret leaked: {text}");
+}
+
+/// The faults: a refused or excepted call is never sent, a lost answer hides a change the
+/// server made, a delay only delays, and each fault fires once, at the matching call it names.
+#[test]
+fn faults_refuse_lose_answers_and_fire_once_at_their_call() {
+    let ch = shared();
+    let db = TestDb::new(ch, "server_faults");
+    let d = &db.name;
+    ch.q(&format!(
+        "CREATE TABLE `{d}`.ev (id UInt64) ENGINE = MergeTree ORDER BY id"
+    ));
+    for id in 1..=3 {
+        ch.q(&format!("INSERT INTO `{d}`.ev VALUES ({id})"));
+    }
+    let faulty = Faulty::new(Arc::new(client(ch)));
+    runtime().block_on(async {
+        let mut names: Vec<String> = faulty
+            .table_state(d, "ev")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        names.sort();
+        for name in &names {
+            faulty
+                .execute(&format!("ALTER TABLE `{d}`.ev DETACH PART '{name}'"))
+                .await
+                .unwrap();
+        }
+        let (a, b, c) = (&names[0], &names[1], &names[2]);
+
+        // Refused: not sent, the part stays detached; the error is a transport error.
+        faulty.inject(Fault::on("attach_part", a.as_str(), Effect::Refuse));
+        let err = faulty.attach_part(d, "ev", a).await.unwrap_err();
+        assert_eq!(err.class(false), ErrorClass::Unknown, "{err}");
+        assert_eq!(faulty.count(d, "ev").await.unwrap(), 0);
+
+        // The answer lost: the server attached the part; the caller only sees a transport error.
+        faulty.inject(Fault::on("attach_part", a.as_str(), Effect::LoseAnswer));
+        let err = faulty.attach_part(d, "ev", a).await.unwrap_err();
+        assert!(matches!(err, ServerError::Transport { .. }), "{err:?}");
+        assert_eq!(faulty.count(d, "ev").await.unwrap(), 1);
+
+        // An exception: not sent; the code is the one injected. Skipped calls go through.
+        faulty.inject(Fault::on("attach_part", "", Effect::Exception { code: 242 }).after(1));
+        faulty.attach_part(d, "ev", b).await.unwrap();
+        let err = faulty.attach_part(d, "ev", c).await.unwrap_err();
+        assert_eq!(err.code(), Some(242));
+        assert_eq!(err.class(false), ErrorClass::Transient);
+        assert_eq!(faulty.count(d, "ev").await.unwrap(), 2);
+
+        // A delay: sent after it. Every fault has fired once: the next call goes through.
+        faulty.inject(Fault::on(
+            "attach_part",
+            c.as_str(),
+            Effect::Delay(Duration::from_millis(300)),
+        ));
+        let started = std::time::Instant::now();
+        faulty.attach_part(d, "ev", c).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert!(faulty.pending().is_empty());
+        assert_eq!(faulty.count(d, "ev").await.unwrap(), 3);
+
+        let faulted: Vec<Option<Effect>> = faulty
+            .calls()
+            .into_iter()
+            .filter(|call| call.method == "attach_part")
+            .map(|call| call.fault)
+            .collect();
+        assert_eq!(
+            faulted,
+            [
+                Some(Effect::Refuse),
+                Some(Effect::LoseAnswer),
+                None,
+                Some(Effect::Exception { code: 242 }),
+                Some(Effect::Delay(Duration::from_millis(300))),
+            ]
+        );
+    });
 }

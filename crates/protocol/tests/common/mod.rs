@@ -8,6 +8,7 @@ use chpart_testenv::clickhouse::TestDb;
 
 /// A ledger in a database of this test's own (`<db>_ledger`), so tests do not see each other's
 /// loads.
+#[allow(dead_code)] // each test binary compiles this module; not every one uses this
 pub fn ledger_for(db: &TestDb) -> Ledger {
     let server = Server::new(&ServerConfig {
         url: db.server.url(),
@@ -15,7 +16,7 @@ pub fn ledger_for(db: &TestDb) -> Ledger {
         password: None,
         request_timeout: Duration::from_secs(60),
     });
-    Ledger::new(server, &format!("{}_ledger", db.name))
+    Ledger::new(std::sync::Arc::new(server), &format!("{}_ledger", db.name))
 }
 
 /// A runtime for a test's async calls (multi-threaded: the protocol runs blocking
