@@ -17,8 +17,9 @@ pub fn chpart() -> Command {
     cmd
 }
 
-/// A config for `server` with the local transport, staging under the server's data dir and
-/// a ledger database of the test's own.
+/// A config for `server` with the local transport, staging under the server's data dir, a
+/// ledger database of the test's own, and transient faults retried for 3 s (tests of a host
+/// that is down wait that long, not the default 30 s).
 pub fn local_config(dir: &Path, server: &ClickHouse, ledger_db: &str) -> PathBuf {
     let path = dir.join("chpart.toml");
     let text = format!(
@@ -26,7 +27,8 @@ pub fn local_config(dir: &Path, server: &ClickHouse, ledger_db: &str) -> PathBuf
          [transport]\nkind = \"local\"\n\
          [clickhouse_local]\ncommand = \"{local}\"\nwork_dir = \"{work}\"\n\
          [staging]\nroot = \"{staging}\"\n\
-         [ledger]\ndatabase = \"{ledger_db}\"\n",
+         [ledger]\ndatabase = \"{ledger_db}\"\n\
+         [retry]\ndeadline_secs = 3\n",
         url = server.url(),
         local = chpart_testenv::clickhouse_local().display(),
         work = dir.join("work").display(),
@@ -137,12 +139,18 @@ fn begin_exit_codes() {
             format!("http://127.0.0.1:{}", closed.port),
         )
         .env("CHPART_CLICKHOUSE_REQUEST_TIMEOUT_SECS", "5")
+        .env("CHPART_RETRY_DEADLINE_SECS", "1")
         .output()
         .unwrap();
     assert_eq!(
         err.status.code(),
         Some(3),
         "unreachable server is retryable: {}",
+        text(&err)
+    );
+    assert!(
+        text(&err).contains("gave up after"),
+        "retried within the deadline: {}",
         text(&err)
     );
     let message = text(&err);

@@ -102,7 +102,8 @@ impl ClusterSetup {
              [transport]\nkind = \"local\"\n\
              [clickhouse_local]\ncommand = \"{local}\"\nwork_dir = \"{work}\"\n\
              [staging]\nroot = \"{staging}\"\n\
-             [ledger]\ndatabase = \"chpart_ledger\"\n",
+             [ledger]\ndatabase = \"chpart_ledger\"\n\
+             [retry]\ndeadline_secs = 3\n",
             url = entry.url(),
             local = chpart_testenv::clickhouse_local().display(),
             work = dir.path().join("work").display(),

@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chpart_config::Config;
+use chpart_core::retry::RetryPolicy;
 use chpart_core::{LoadId, RemotePath, StagingRoots, TableRef};
 use chpart_protocol::begin::{BeginOutcome, BeginRequest};
 use chpart_protocol::cluster::begin_load;
 use chpart_protocol::ledger::{Mode, Visibility};
 use chpart_protocol::store::Ledger;
 use chpart_protocol::FailureKind;
+use chpart_server::retry::Retrying;
 use chpart_server::{Secret, Server, ServerConfig, SharedServer};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -319,15 +321,20 @@ pub fn server_of(config: &Config) -> SharedServer {
     server_at(config, &config.clickhouse.url)
 }
 
-/// The server at `url`, with the configured user, password and timeout.
+/// The server at `url`, with the configured user, password and timeout; transient faults of
+/// what may be repeated are retried within `[retry] deadline_secs`.
 pub fn server_at(config: &Config, url: &str) -> SharedServer {
     let ch = &config.clickhouse;
-    Arc::new(Server::new(&ServerConfig {
+    let server = Arc::new(Server::new(&ServerConfig {
         url: url.to_owned(),
         user: ch.user.clone(),
         password: ch.password.as_ref().map(|p| Secret::new(p.expose())),
         request_timeout: ch.request_timeout,
-    }))
+    }));
+    Arc::new(Retrying::new(
+        server,
+        RetryPolicy::within(config.retry_deadline),
+    ))
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {

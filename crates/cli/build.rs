@@ -6,11 +6,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use chpart_build::LocalCommand;
 use chpart_config::{Config, HostSettings, Transport};
+use chpart_core::retry::RetryPolicy;
 use chpart_core::{Attempt, AttemptId, LoadId, Manifest, RemotePath, StagingLayout, StagingRoots};
 use chpart_protocol::build::{build, BuildEnv, BuildRequest, Input, LedgerDirectory};
 use chpart_protocol::cluster::Reach;
 use chpart_protocol::store::Ledger;
 use chpart_protocol::FailureKind;
+use chpart_remote::retry::{Connector, Reconnecting};
 use chpart_remote::{LocalFs, RemoteError, RemoteFs, SftpConfig, SftpFs};
 use chpart_server::SharedServer;
 
@@ -90,8 +92,14 @@ impl Reach for ConfigReach {
         cfg.use_agent = ssh.use_agent;
         cfg.connect_timeout_secs = ssh.connect_timeout.as_secs();
         cfg.write_buffer_bytes = ssh.write_buffer_bytes;
+        let policy = RetryPolicy::within(self.config.retry_deadline);
         (0..connections.clamp(1, ssh.upload_connections.max(1)))
-            .map(|_| SftpFs::connect(&cfg).map(|fs| Arc::new(fs) as Arc<dyn RemoteFs>))
+            .map(|_| {
+                let cfg = cfg.clone();
+                let connector: Connector =
+                    Box::new(move || SftpFs::connect(&cfg).map(|fs| Arc::new(fs) as _));
+                Reconnecting::connect(connector, policy).map(|fs| Arc::new(fs) as _)
+            })
             .collect()
     }
 

@@ -129,6 +129,35 @@ pub struct RawConfig {
     /// and HTTP ports from `system.clusters`) is not how this machine reaches them.
     #[serde(default)]
     pub hosts: Vec<RawHost>,
+    /// How long transient faults are retried.
+    #[serde(default)]
+    pub retry: RawRetry,
+}
+
+/// `[retry]`: transient faults (connection refused or reset, no answer, DNS failure, a
+/// retryable `Code: N`) are retried with exponential backoff and full jitter, for steps that are
+/// safe to repeat (reads, ledger writes, DDL that checks before it acts, SFTP connects, one
+/// part's upload). `ATTACH PART`, `MOVE PARTITION` and publishing renames are never resent:
+/// after an unclear outcome chpart reads back what happened.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    /// No retry of a step starts later than this many seconds after its first try; 0 turns
+    /// retries off. Default 30. Example: `deadline_secs = 120` (env `CHPART_RETRY_DEADLINE_SECS`).
+    #[serde(default = "default_retry_deadline_secs")]
+    pub deadline_secs: u64,
+}
+
+impl Default for RawRetry {
+    fn default() -> RawRetry {
+        RawRetry {
+            deadline_secs: default_retry_deadline_secs(),
+        }
+    }
+}
+
+fn default_retry_deadline_secs() -> u64 {
+    30
 }
 
 /// `[[hosts]]`: how to reach one host of a cluster. Every key but `name` is optional; an unset
@@ -315,6 +344,8 @@ pub struct Config {
     pub hosts: BTreeMap<String, HostSettings>,
     /// Database of the ledger table.
     pub ledger_database: String,
+    /// How long a step that may be repeated is retried after transient faults.
+    pub retry_deadline: Duration,
 }
 
 /// Validated `[[hosts]]` entry: what is set for one host (unset: the defaults).
@@ -400,6 +431,7 @@ const SECTIONS: &[&str] = &[
     "transport",
     "staging",
     "ledger",
+    "retry",
     "ssh",
 ];
 
@@ -497,6 +529,7 @@ fn section_keys(section: &str) -> &'static [&'static str] {
         "clickhouse_local" => field_names::<RawClickHouseLocal>(),
         "staging" => field_names::<RawStaging>(),
         "ledger" => field_names::<RawLedger>(),
+        "retry" => field_names::<RawRetry>(),
         _ => &[],
     }
 }
@@ -775,6 +808,7 @@ impl RawConfig {
                 .collect::<Result<_, ConfigError>>()?,
             ledger_database: self.ledger.database,
             hosts,
+            retry_deadline: Duration::from_secs(self.retry.deadline_secs),
         })
     }
 }

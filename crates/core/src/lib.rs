@@ -29,6 +29,7 @@ pub mod fingerprint;
 pub mod ids;
 pub mod manifest;
 pub mod names;
+pub mod retry;
 pub mod routing;
 pub mod staging;
 #[cfg(test)]

@@ -250,7 +250,7 @@ pub async fn begin_on(
         Visibility::Partition => {
             let shadow = shadow_table(&req.target, &req.load)?;
             server
-                .execute(&format!(
+                .execute_idempotent(&format!(
                     "CREATE TABLE IF NOT EXISTS {} AS {}",
                     quote_table(shadow.database.as_str(), shadow.table.as_str()),
                     quote_table(db, table)
@@ -385,7 +385,7 @@ pub async fn stop_merges(
     shadow: &TableRef,
 ) -> Result<(), ServerError> {
     server
-        .execute(&format!(
+        .execute_idempotent(&format!(
             "SYSTEM STOP MERGES {}",
             quote_table(shadow.database.as_str(), shadow.table.as_str())
         ))

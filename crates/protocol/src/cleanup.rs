@@ -244,7 +244,7 @@ pub async fn clean_finished_load(
         if server.table_info(db, table).await?.is_some() {
             if !dry_run {
                 server
-                    .execute(&format!(
+                    .execute_idempotent(&format!(
                         "DROP TABLE IF EXISTS {} SYNC",
                         quote_table(db, table)
                     ))

@@ -101,7 +101,7 @@ impl Ledger {
     pub async fn ensure(&self) -> Result<(), LedgerStoreError> {
         let db = quote_ident(&self.database);
         self.server
-            .execute(&format!("CREATE DATABASE IF NOT EXISTS {db}"))
+            .execute_idempotent(&format!("CREATE DATABASE IF NOT EXISTS {db}"))
             .await
             .map_err(|e| self.err(e))?;
         // fsync so that an acknowledged entry survives a server crash: fencing and resume rely on it.
@@ -114,7 +114,10 @@ impl Ledger {
              non_replicated_deduplication_window = {DEDUPLICATION_WINDOW}",
             self.table()
         );
-        self.server.execute(&ddl).await.map_err(|e| self.err(e))?;
+        self.server
+            .execute_idempotent(&ddl)
+            .await
+            .map_err(|e| self.err(e))?;
         // A ledger made before decisions existed: add the deduplication they rely on.
         let (db, table) = (self.database.as_str(), crate::ledger::LEDGER_TABLE);
         let info = self
@@ -127,7 +130,7 @@ impl Ledger {
                 .contains("non_replicated_deduplication_window")
         }) {
             self.server
-                .execute(&format!(
+                .execute_idempotent(&format!(
                     "ALTER TABLE {} MODIFY SETTING non_replicated_deduplication_window = {DEDUPLICATION_WINDOW}",
                     self.table()
                 ))
@@ -198,7 +201,9 @@ impl Ledger {
         self.insert(load, entries, "").await
     }
 
-    /// One INSERT of `entries`, with `settings` (a `SETTINGS ...` clause, or empty).
+    /// One INSERT of `entries`, with `settings` (a `SETTINGS ...` clause, or empty). Safe to
+    /// send again: an entry written twice counts once (replay keeps an entry id's first, and
+    /// a decision carries a deduplication token), so a retrying server may resend it.
     async fn insert(
         &self,
         load: &LoadId,
@@ -223,7 +228,10 @@ impl Ledger {
             self.table(),
             rows.join(", ")
         );
-        self.server.execute(&sql).await.map_err(|e| self.err(e))
+        self.server
+            .execute_idempotent(&sql)
+            .await
+            .map_err(|e| self.err(e))
     }
 
     /// Every entry of `load`, raw.

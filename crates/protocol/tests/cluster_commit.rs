@@ -2,9 +2,9 @@
 //! of 26.9 servers, with one fault at a time injected around one shard's real server
 //! ([`Faulty`]): an ATTACH whose answer is lost, a transient exception on ATTACH, a refused
 //! observation while shards are prepared, a lost answer to the cluster's decision, a lost
-//! answer to a partition's MOVE. After the commit (and, if it failed, one re-run without the
-//! fault), every shard holds exactly the rows its winning manifests list, the loser's rows
-//! nowhere, and gc leaves nothing on any shard.
+//! answer to a partition's MOVE; each without retries and with the CLI's retries. After the
+//! commit (and, if it failed, one re-run without the fault), every shard holds exactly the rows
+//! its winning manifests list, the loser's rows nowhere, and gc leaves nothing on any shard.
 
 mod common;
 
@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chpart_build::LocalCommand;
+use chpart_core::retry::RetryPolicy;
 use chpart_core::{Attempt, LoadId, RemotePath, StagingLayout, StagingRoots, TableRef};
 use chpart_protocol::begin::BeginRequest;
 use chpart_protocol::build::{build, BuildEnv, BuildRequest, Input, LedgerDirectory};
@@ -25,16 +26,19 @@ use chpart_protocol::store::Ledger;
 use chpart_protocol::FailureKind;
 use chpart_remote::{LocalFs, RemoteError, RemoteFs};
 use chpart_server::faults::{Effect, Fault, Faulty};
+use chpart_server::retry::Retrying;
 use chpart_server::{Server, ServerConfig, SharedServer};
 use chpart_testenv::cluster::Cluster;
 
 const COLUMNS: &str = "ts DateTime('UTC'), id UInt64, name String";
 
 /// Every host of the cluster reached on this machine: its real server behind one [`Faulty`]
-/// per URL (the same one every time, so a test arms faults on it), its filesystem directly.
+/// per URL (the same one every time, so a test arms faults on it), retried as the CLI does
+/// when `retry_deadline` is not zero; its filesystem directly.
 struct TestReach {
     servers: Mutex<BTreeMap<String, Arc<Faulty>>>,
     staging: BTreeMap<String, String>,
+    retry_deadline: Mutex<Duration>,
 }
 
 impl TestReach {
@@ -56,7 +60,11 @@ impl TestReach {
 
 impl Reach for TestReach {
     fn server(&self, url: &str) -> SharedServer {
-        self.faulty(url)
+        let deadline = *self.retry_deadline.lock().unwrap();
+        Arc::new(Retrying::new(
+            self.faulty(url),
+            RetryPolicy::within(deadline),
+        ))
     }
     fn connect(&self, _host: &str, _n: usize) -> Result<Vec<Arc<dyn RemoteFs>>, RemoteError> {
         Ok(vec![Arc::new(LocalFs::new())])
@@ -75,6 +83,8 @@ impl Reach for TestReach {
 /// One scenario: where the fault is, and what the first commit must do.
 struct Scenario {
     name: &'static str,
+    /// Whether transient faults are retried (the CLI's default) or not (`deadline_secs = 0`).
+    retries: bool,
     /// The shard whose server gets the fault.
     shard: u32,
     fault: Fault,
@@ -86,31 +96,59 @@ struct Scenario {
 fn scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
+            retries: false,
             name: "attach_answer_lost",
             shard: 2,
             fault: Fault::on("attach_part", "", Effect::LoseAnswer),
             first_commit_finishes: true,
         },
         Scenario {
+            retries: false,
             name: "attach_transient",
             shard: 3,
             fault: Fault::on("attach_part", "", Effect::Exception { code: 242 }),
             first_commit_finishes: true,
         },
         Scenario {
+            retries: false,
             name: "prepare_refused",
             shard: 3,
             fault: Fault::on("table_state", "", Effect::Refuse),
             first_commit_finishes: false,
         },
         Scenario {
+            retries: false,
             name: "decision_answer_lost",
             shard: 1,
             fault: Fault::on("execute", "chpart-decision:", Effect::LoseAnswer),
             first_commit_finishes: false,
         },
         Scenario {
+            retries: false,
             name: "move_answer_lost",
+            shard: 2,
+            fault: Fault::on("execute", "MOVE PARTITION", Effect::LoseAnswer),
+            first_commit_finishes: false,
+        },
+        // With retries: a read and a ledger write are sent again and the commit finishes in
+        // one run; a MOVE is never resent, retries or not.
+        Scenario {
+            retries: true,
+            name: "prepare_refused_retried",
+            shard: 3,
+            fault: Fault::on("table_state", "", Effect::Refuse),
+            first_commit_finishes: true,
+        },
+        Scenario {
+            retries: true,
+            name: "decision_answer_lost_retried",
+            shard: 1,
+            fault: Fault::on("execute", "chpart-decision:", Effect::LoseAnswer),
+            first_commit_finishes: true,
+        },
+        Scenario {
+            retries: true,
+            name: "move_answer_lost_retried",
             shard: 2,
             fault: Fault::on("execute", "MOVE PARTITION", Effect::LoseAnswer),
             first_commit_finishes: false,
@@ -134,6 +172,7 @@ fn a_fault_on_one_shard_never_loses_or_duplicates_rows() {
     let dir = tempfile::tempdir().unwrap();
     let reach = TestReach {
         servers: Mutex::new(BTreeMap::new()),
+        retry_deadline: Mutex::new(Duration::ZERO),
         staging: cluster
             .nodes
             .iter()
@@ -144,7 +183,6 @@ fn a_fault_on_one_shard_never_loses_or_duplicates_rows() {
             .collect(),
     };
     let entry = &cluster.node(1).server;
-    let ledger = Ledger::new(reach.server(&entry.url()), "chpart_ledger");
     let rt = common::rt();
     let local = LocalCommand::new(chpart_testenv::clickhouse_local(), Duration::from_secs(120));
     for node in &cluster.nodes {
@@ -152,6 +190,12 @@ fn a_fault_on_one_shard_never_loses_or_duplicates_rows() {
     }
 
     for (i, scenario) in scenarios().into_iter().enumerate() {
+        *reach.retry_deadline.lock().unwrap() = if scenario.retries {
+            Duration::from_secs(20)
+        } else {
+            Duration::ZERO
+        };
+        let ledger = Ledger::new(reach.server(&entry.url()), "chpart_ledger");
         let (local_table, dist) = (format!("db.local_{i}"), format!("db.dist_{i}"));
         for node in &cluster.nodes {
             node.server.q(&format!(
@@ -293,6 +337,7 @@ fn a_fault_on_one_shard_never_loses_or_duplicates_rows() {
     }
 
     // gc leaves nothing on any shard: no detached part, no staging directory.
+    let ledger = Ledger::new(reach.server(&entry.url()), "chpart_ledger");
     rt.block_on(gc(
         &ledger,
         &reach,

@@ -26,6 +26,7 @@ use std::path::Path;
 pub mod conformance;
 mod error;
 mod local;
+pub mod retry;
 mod sftp;
 
 pub use error::RemoteError;

@@ -9,8 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use chpart_core::retry::RetryPolicy;
+use chpart_remote::retry::{Connector, Reconnecting};
 use chpart_remote::{conformance, FileKind, LocalFs, RemoteError, RemoteFs, SftpConfig, SftpFs};
 use chpart_testenv::os_user_ids;
+use chpart_testenv::proxy::{FaultProxy, Mode};
 use chpart_testenv::sshd::{ensure_system_user, Sshd};
 
 /// The unprivileged user deploy/install.sh creates for permission tests.
@@ -74,6 +80,19 @@ fn local_backend_meets_the_contract() {
 }
 
 #[test]
+fn reconnecting_local_backend_meets_the_contract() {
+    let tmp = tempfile::tempdir().unwrap();
+    let remote = tmp.path().join("remote");
+    let local = tmp.path().join("local");
+    fs::create_dir_all(&remote).unwrap();
+    fs::create_dir_all(&local).unwrap();
+    let connector: Connector = Box::new(|| Ok(Arc::new(LocalFs::new()) as Arc<dyn RemoteFs>));
+    let fs_ =
+        Reconnecting::connect(connector, RetryPolicy::within(Duration::from_secs(5))).unwrap();
+    conformance::run_all(&fs_, &path_str(&remote), &local);
+}
+
+#[test]
 fn sftp_backend_meets_the_contract() {
     let sshd = Sshd::start(&[]);
     let fs_ = connect(&sshd, "root");
@@ -88,6 +107,134 @@ fn sftp_backend_meets_the_contract() {
     fs::create_dir_all(&remote).unwrap();
     fs::create_dir_all(&local).unwrap();
     conformance::run_all(&fs_, &path_str(&remote), &local);
+
+    let cfg = config(&sshd, "root");
+    let connector: Connector = Box::new(move || Ok(Arc::new(SftpFs::connect(&cfg)?) as _));
+    let reconnecting =
+        Reconnecting::connect(connector, RetryPolicy::within(Duration::from_secs(5))).unwrap();
+    let remote = tmp.path().join("remote-reconnecting");
+    fs::create_dir_all(&remote).unwrap();
+    conformance::run_all(&reconnecting, &path_str(&remote), &local);
+}
+
+/// sshd behind a fault proxy, with a known_hosts that lists its key for the proxy's port.
+fn sftp_through_proxy(sshd: &Sshd, dir: &Path) -> (FaultProxy, SftpConfig) {
+    let proxy = FaultProxy::start(([127, 0, 0, 1], sshd.port).into());
+    let known = fs::read_to_string(&sshd.known_hosts)
+        .unwrap()
+        .replace(&format!("]:{} ", sshd.port), &format!("]:{} ", proxy.port));
+    let known_hosts = dir.join("known_hosts.proxy");
+    fs::write(&known_hosts, known).unwrap();
+    let mut cfg = config(sshd, "root");
+    cfg.port = proxy.port;
+    cfg.known_hosts = known_hosts;
+    cfg.connect_timeout_secs = 2;
+    cfg.io_timeout_secs = 5;
+    (proxy, cfg)
+}
+
+/// The connection cut in the middle of an upload, and the host refusing connections for a
+/// while after: the upload starts that part again on a new connection and ends with every
+/// file as the local one; a claim (`create_dir`) is sent once, its fault reported.
+#[test]
+fn an_upload_cut_midway_is_sent_again_on_a_new_connection() {
+    let sshd = Sshd::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (proxy, cfg) = sftp_through_proxy(&sshd, tmp.path());
+    let connects = Arc::new(AtomicUsize::new(0));
+    let counted = connects.clone();
+    let connector: Connector = Box::new(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(Arc::new(SftpFs::connect(&cfg)?) as _)
+    });
+    let fs_ =
+        Reconnecting::connect(connector, RetryPolicy::within(Duration::from_secs(30))).unwrap();
+
+    // A part of 24 files of 512 KiB (12 MiB); the cut comes after 4 MiB.
+    let part = tmp.path().join("part");
+    fs::create_dir_all(&part).unwrap();
+    for i in 0..24u32 {
+        let bytes: Vec<u8> = (0..512 * 1024u32)
+            .map(|b| (b.wrapping_mul(31) ^ i) as u8)
+            .collect();
+        fs::write(part.join(format!("col{i}.bin")), bytes).unwrap();
+    }
+    let remote = tmp.path().join("remote");
+    fs::create_dir_all(&remote).unwrap();
+    let target = path_str(&remote.join("all_1_1_0"));
+    proxy.cut_after_bytes(4 * 1024 * 1024);
+    // While reconnecting, the host refuses connections for a second.
+    let accepted_by_then = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            while proxy.cut_pending() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            proxy.set_mode(Mode::Refuse);
+            std::thread::sleep(Duration::from_secs(1));
+            let accepted = proxy.accepted();
+            proxy.set_mode(Mode::Pass);
+            accepted
+        });
+        fs_.upload_dir(&part, &target).unwrap();
+        watcher.join().unwrap()
+    });
+    assert_eq!(proxy.cuts(), 1);
+    assert!(
+        connects.load(Ordering::SeqCst) >= 2,
+        "a new connection after the cut"
+    );
+    assert!(
+        accepted_by_then >= 2,
+        "the first connection, then at least one refused while the host was down"
+    );
+    let digests = fs_.digest_dir(&target).unwrap();
+    assert_eq!(digests.len(), 24);
+    for (name, (size, _)) in &digests {
+        let local = fs::read(part.join(name)).unwrap();
+        assert_eq!(*size, local.len() as u64, "{name}");
+        assert_eq!(
+            fs::read(remote.join("all_1_1_0").join(name)).unwrap(),
+            local,
+            "{name}"
+        );
+    }
+
+    // A claim is not resent: the cut is reported, and the next call reconnects.
+    let claim = path_str(&remote.join("claim"));
+    proxy.cut_all();
+    let err = fs_.create_dir(&claim);
+    assert!(
+        matches!(&err, Err(e) if e.is_transient()) || err.is_ok(),
+        "a cut claim is transient (or the cut came before the request): {err:?}"
+    );
+    fs_.create_dir_all(&path_str(&remote.join("after")))
+        .unwrap();
+}
+
+/// A host down for longer than the deadline: the connect gives up with the transient error.
+#[test]
+fn a_host_down_past_the_deadline_is_a_transient_connect_error() {
+    let sshd = Sshd::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (proxy, cfg) = sftp_through_proxy(&sshd, tmp.path());
+    proxy.set_mode(Mode::Refuse);
+    let started = Instant::now();
+    let connector: Connector = Box::new(move || Ok(Arc::new(SftpFs::connect(&cfg)?) as _));
+    let err = match Reconnecting::connect(connector, RetryPolicy::within(Duration::from_secs(2))) {
+        Ok(_) => panic!("connected through a proxy that refuses"),
+        Err(e) => e,
+    };
+    assert!(err.is_transient(), "{err}");
+    assert!(
+        proxy.accepted() >= 2,
+        "retried: {} connects",
+        proxy.accepted()
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

@@ -76,6 +76,45 @@ impl ServerError {
     }
 }
 
+impl ServerError {
+    /// This error with `note` added to what it says (e.g. how often it was retried).
+    pub fn noted(self, note: &str) -> ServerError {
+        match self {
+            ServerError::Server {
+                endpoint,
+                code,
+                name,
+                message,
+                statement,
+            } => ServerError::Server {
+                endpoint,
+                code,
+                name,
+                message: format!("{message} [{note}]"),
+                statement,
+            },
+            ServerError::Transport {
+                endpoint,
+                detail,
+                statement,
+            } => ServerError::Transport {
+                endpoint,
+                detail: format!("{detail} [{note}]"),
+                statement,
+            },
+            ServerError::Protocol {
+                endpoint,
+                detail,
+                statement,
+            } => ServerError::Protocol {
+                endpoint,
+                detail: format!("{detail} [{note}]"),
+                statement,
+            },
+        }
+    }
+}
+
 /// Server codes that mean "try again later", not "this statement is wrong".
 pub fn is_transient_code(code: u32) -> bool {
     matches!(

@@ -186,6 +186,11 @@ impl ClickHouseServer for Faulty {
         self.around("execute", sql, self.inner.execute(sql)).await
     }
 
+    async fn execute_idempotent(&self, sql: &str) -> Result<(), ServerError> {
+        self.around("execute", sql, self.inner.execute_idempotent(sql))
+            .await
+    }
+
     async fn ledger_entries(
         &self,
         sql: &str,

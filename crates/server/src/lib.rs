@@ -14,6 +14,7 @@
 
 mod error;
 pub mod faults;
+pub mod retry;
 
 use std::fmt;
 use std::sync::Arc;
@@ -412,6 +413,13 @@ pub trait ClickHouseServer: Send + Sync + fmt::Debug {
     /// `Ok` means the server finished it; an unclear error (transport, timeout) means it may or
     /// may not have taken effect: the caller reads the server back before acting on it.
     async fn execute(&self, sql: &str) -> Result<(), ServerError>;
+
+    /// [`ClickHouseServer::execute`] of a statement that is safe to send again whatever became
+    /// of an earlier send (an INSERT with a deduplication token, `CREATE ... IF NOT EXISTS`):
+    /// an implementation may retry it after a transient error.
+    async fn execute_idempotent(&self, sql: &str) -> Result<(), ServerError> {
+        self.execute(sql).await
+    }
 
     /// The rows of a query that selects chpart's ledger columns (`load_id, entry_id, kind,
     /// written_at_ms, writer, body`), with `{name: Type}` server-side parameters.

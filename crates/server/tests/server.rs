@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chpart_core::retry::RetryPolicy;
 use chpart_server::faults::{Effect, Fault, Faulty};
+use chpart_server::retry::Retrying;
 use chpart_server::{
     ClickHouseServer, ErrorClass, Server, ServerConfig, ServerError, SharedServer,
 };
@@ -29,7 +31,17 @@ fn implementations(server: Server) -> Vec<(&'static str, SharedServer)> {
     let http: SharedServer = Arc::new(server);
     vec![
         ("http", http.clone()),
-        ("faulty", Arc::new(Faulty::new(http)) as SharedServer),
+        (
+            "faulty",
+            Arc::new(Faulty::new(http.clone())) as SharedServer,
+        ),
+        (
+            "retrying",
+            Arc::new(Retrying::new(
+                http,
+                RetryPolicy::within(Duration::from_secs(1)),
+            )),
+        ),
     ]
 }
 
@@ -364,4 +376,80 @@ fn faults_refuse_lose_answers_and_fire_once_at_their_call() {
             ]
         );
     });
+}
+
+/// Retrying: reads and idempotent statements are sent again after a transient fault, until the
+/// deadline; a change that is not safe to repeat (ATTACH, a plain statement) is sent once; a
+/// permanent error is not retried.
+#[test]
+fn retrying_repeats_only_what_is_safe_to_repeat() {
+    let ch = shared();
+    let db = TestDb::new(ch, "server_retrying");
+    let d = &db.name;
+    // Deduplication, as the ledger has it: an INSERT sent again with its token counts once.
+    ch.q(&format!(
+        "CREATE TABLE `{d}`.ev (id UInt64) ENGINE = MergeTree ORDER BY id \
+         SETTINGS non_replicated_deduplication_window = 100"
+    ));
+    ch.q(&format!("INSERT INTO `{d}`.ev VALUES (1)"));
+    let faulty = Arc::new(Faulty::new(Arc::new(client(ch))));
+    let retrying = Retrying::new(faulty.clone(), RetryPolicy::within(Duration::from_secs(20)));
+    let calls = |method: &str| faulty.calls().iter().filter(|c| c.method == method).count();
+    runtime().block_on(async {
+        // A read refused twice, then an exception that says "try later": answered on the 4th try.
+        faulty.inject(Fault::on("count", "", Effect::Refuse));
+        faulty.inject(Fault::on("count", "", Effect::Refuse));
+        faulty.inject(Fault::on("count", "", Effect::Exception { code: 202 }));
+        assert_eq!(retrying.count(d, "ev").await.unwrap(), 1);
+        assert_eq!(calls("count"), 4);
+
+        // An idempotent statement whose answer was lost: sent again, applied once.
+        let insert = format!(
+            "INSERT INTO `{d}`.ev SETTINGS insert_deduplicate = 1, \
+             insert_deduplication_token = 'retry-test' VALUES (2)"
+        );
+        faulty.inject(Fault::on("execute", "retry-test", Effect::LoseAnswer));
+        retrying.execute_idempotent(&insert).await.unwrap();
+        assert_eq!(calls("execute"), 2);
+        assert_eq!(retrying.count(d, "ev").await.unwrap(), 2);
+
+        // A plain statement and an ATTACH are sent once, whatever the fault.
+        faulty.inject(Fault::on("execute", "retry-test", Effect::Refuse));
+        let err = retrying.execute(&insert).await.unwrap_err();
+        assert!(matches!(err, ServerError::Transport { .. }), "{err}");
+        assert_eq!(calls("execute"), 3);
+        faulty.inject(Fault::on("attach_part", "", Effect::Refuse));
+        let err = retrying
+            .attach_part(d, "ev", "all_9_9_0")
+            .await
+            .unwrap_err();
+        assert_eq!(err.class(false), ErrorClass::Unknown, "{err}");
+        assert_eq!(calls("attach_part"), 1);
+
+        // A permanent error is final at once.
+        let before = calls("table_info");
+        faulty.inject(Fault::on("table_info", "", Effect::Exception { code: 60 }));
+        let err = retrying.table_info(d, "ev").await.unwrap_err();
+        assert_eq!(err.code(), Some(60));
+        assert_eq!(calls("table_info"), before + 1);
+    });
+
+    // A fault that lasts past the deadline: the last error, saying how often it was tried.
+    let closed = chpart_testenv::ClosedPort::new();
+    let down = Retrying::new(
+        Arc::new(client_at(
+            &format!("http://127.0.0.1:{}", closed.port),
+            None,
+        )),
+        RetryPolicy::within(Duration::from_secs(2)),
+    );
+    let started = std::time::Instant::now();
+    let err = runtime().block_on(down.version()).unwrap_err();
+    let waited = started.elapsed();
+    assert!(matches!(err, ServerError::Transport { .. }), "{err:?}");
+    assert!(err.to_string().contains("gave up after"), "{err}");
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
 }

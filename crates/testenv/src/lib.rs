@@ -21,6 +21,7 @@
 pub mod clickhouse;
 pub mod cluster;
 pub mod moto;
+pub mod proxy;
 pub mod sshd;
 
 use std::collections::HashSet;
