@@ -4,8 +4,9 @@ use std::io::Read;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use chpart_core::retry::RetryPolicy;
 use chpart_core::{LoadId, StagingLayout};
-use chpart_protocol::cluster::commit_load;
+use chpart_protocol::cluster::commit_load_retrying;
 use chpart_protocol::commit::{CommitEnv, CommitRequest};
 use chpart_protocol::observe::Verify;
 use chpart_protocol::store::Ledger;
@@ -65,7 +66,12 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
     };
     let outcome = driver
         .rt
-        .block_on(commit_load(&driver.reach, &env, request))
+        .block_on(commit_load_retrying(
+            &driver.reach,
+            &env,
+            request,
+            RetryPolicy::within(driver.retry_deadline),
+        ))
         .map_err(|e| {
             let kind = e.kind();
             Failure::new(
@@ -110,6 +116,7 @@ struct DriverEnv {
     fs: std::sync::Arc<dyn chpart_remote::RemoteFs>,
     staging: StagingLayout,
     reach: ConfigReach,
+    retry_deadline: std::time::Duration,
 }
 
 fn driver_env(config: &crate::args::ConfigArg) -> Result<DriverEnv, Failure> {
@@ -118,6 +125,7 @@ fn driver_env(config: &crate::args::ConfigArg) -> Result<DriverEnv, Failure> {
         .context("staging.root")
         .map_err(usage)?;
     Ok(DriverEnv {
+        retry_deadline: config.retry_deadline,
         rt: runtime()?,
         ledger: Ledger::new(server_of(&config), &config.ledger_database),
         fs: remote_fs(&config)?,

@@ -876,6 +876,39 @@ pub async fn commit_load(
     }
 }
 
+/// [`commit_load`], run again after a retryable failure until `policy`'s deadline. A commit
+/// resumes at any step (its plan, claims and progress are in the ledger, and every step starts
+/// from a fresh observation of the servers), so running it again is how a MOVE whose answer
+/// was lost, or a server that restarted mid-commit, is reconciled within one command: what
+/// happened is read back, nothing is resent blindly. Other failures, and the last one after
+/// the deadline, are returned.
+pub async fn commit_load_retrying(
+    reach: &dyn Reach,
+    env: &CommitEnv<'_>,
+    req: CommitRequest,
+    policy: chpart_core::retry::RetryPolicy,
+) -> Result<CommitOutcome, CommitError> {
+    let started = std::time::Instant::now();
+    let mut backoff = policy.backoff(chpart_core::retry::clock_seed());
+    loop {
+        let error = match commit_load(reach, env, req.clone()).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(e) if e.kind() == crate::FailureKind::Retryable => e,
+            Err(e) => return Err(e),
+        };
+        let Some(delay) = backoff.next_delay(started.elapsed()) else {
+            return Err(error);
+        };
+        tracing::warn!(
+            "commit of load {}: resuming ({}) in {:.2} s after a retryable failure: {error}",
+            req.load,
+            backoff.retries(),
+            delay.as_secs_f64()
+        );
+        tokio::time::sleep(delay).await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The topology a load would use (`chpart plan`)
 // ---------------------------------------------------------------------------------------------

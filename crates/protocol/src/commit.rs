@@ -52,6 +52,7 @@ const ATTACH_CONCURRENCY: usize = 4;
 const ROUND_PAUSE: Duration = Duration::from_millis(500);
 
 /// One `commit` invocation.
+#[derive(Debug, Clone)]
 pub struct CommitRequest {
     /// The load.
     pub load: LoadId,

@@ -1,0 +1,201 @@
+//! Network faults between chpart and the real components, injected by a TCP fault proxy
+//! (`chpart_testenv::proxy`) in front of ClickHouse's HTTP port and sshd: the load rides them
+//! out on its own when they end within `[retry] deadline_secs`, and fails cleanly (exit 3,
+//! nothing visible) when they outlast it; either way the rows end up exactly once and gc leaves
+//! nothing.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use chpart_testenv::clickhouse::{shared, ClickHouse};
+use chpart_testenv::proxy::{FaultProxy, Mode};
+use chpart_testenv::sshd::Sshd;
+
+use crate::build::{rows_select, write_rows, Setup};
+use crate::cli::text;
+
+/// `setup`'s config with the server reached through `http` and the filesystem over SFTP
+/// through `ssh` (a known_hosts that lists sshd's key for the proxy's port), retried for
+/// `deadline_secs`.
+fn through_proxies(
+    setup: &Setup,
+    sshd: &Sshd,
+    http: &FaultProxy,
+    ssh: &FaultProxy,
+    deadline_secs: u64,
+) {
+    let known = std::fs::read_to_string(&sshd.known_hosts)
+        .unwrap()
+        .replace(&format!("]:{} ", sshd.port), &format!("]:{} ", ssh.port));
+    let known_hosts = setup.dir.path().join("known_hosts.proxy");
+    std::fs::write(&known_hosts, known).unwrap();
+    let mut config = std::fs::read_to_string(&setup.config).unwrap();
+    let url = config
+        .lines()
+        .find_map(|l| l.strip_prefix("url = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_owned();
+    config = config
+        .replace(&url, &format!("http://127.0.0.1:{}", http.port))
+        .replace("kind = \"local\"", "kind = \"sftp\"")
+        .replace(
+            "deadline_secs = 3",
+            &format!("deadline_secs = {deadline_secs}"),
+        );
+    config.push_str(&format!(
+        "[ssh]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"root\"\nidentity_file = \"{}\"\nknown_hosts = \"{}\"\nconnect_timeout_secs = 2\n",
+        ssh.port,
+        sshd.client_key.display(),
+        known_hosts.display()
+    ));
+    std::fs::write(&setup.config, config).unwrap();
+}
+
+fn http_addr(ch: &ClickHouse) -> SocketAddr {
+    let url = ch.url();
+    url.trim_start_matches("http://").parse().unwrap()
+}
+
+fn count(ch: &ClickHouse, table: &str) -> String {
+    ch.q(&format!("SELECT count(), uniqExact(id) FROM {table}"))
+}
+
+fn winners(dir: &Path, lines: &[&str]) -> std::path::PathBuf {
+    let path = dir.join("winners.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+fn manifest_line(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A build whose SFTP connection is cut in the middle of its upload, then a commit whose
+/// server connections are cut and refused for two seconds: both finish in one run, rows once.
+#[test]
+fn a_load_rides_out_cut_connections_and_a_server_down_for_two_seconds() {
+    let ch = shared();
+    let sshd = Sshd::start(&[]);
+    let http = FaultProxy::start(http_addr(ch));
+    let ssh = FaultProxy::start(([127, 0, 0, 1], sshd.port).into());
+    let s = Setup::new(ch, "faults_ride");
+    through_proxies(&s, &sshd, &http, &ssh, 30);
+    let begun = s.begin("fr-1", &[]);
+    assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
+
+    // 600,000 rows: several MB of parts; the upload is cut after 1 MiB.
+    let input = write_rows(
+        s.dir.path(),
+        "rows.parquet",
+        &rows_select(0, 600_000),
+        "Parquet",
+    );
+    ssh.cut_after_bytes(1024 * 1024);
+    let built = s
+        .build_cmd("fr-1", "app-1.1", 0)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    let line = manifest_line(&built);
+    assert_eq!(ssh.cuts(), 1, "the upload was cut");
+    assert!(
+        text(&built).contains("retry"),
+        "the retry is logged: {}",
+        text(&built)
+    );
+
+    // The commit: every connection to the server cut once 4 KiB of requests went by, then
+    // refused for two seconds.
+    let file = winners(s.dir.path(), &[&line]);
+    http.cut_after_bytes(4096);
+    let commit = std::thread::scope(|scope| {
+        let outage = scope.spawn(|| {
+            while http.cut_pending() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            http.set_mode(Mode::Refuse);
+            std::thread::sleep(Duration::from_secs(2));
+            http.set_mode(Mode::Pass);
+        });
+        let out = s.run(&[
+            "commit",
+            "--load",
+            "fr-1",
+            "--winners",
+            file.to_str().unwrap(),
+        ]);
+        outage.join().unwrap();
+        out
+    });
+    assert_eq!(commit.status.code(), Some(0), "{}", text(&commit));
+    assert_eq!(http.cuts(), 1, "the commit's connections were cut");
+    assert_eq!(count(ch, &s.table), "600000\t600000\n");
+
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert!(s.detached("events").is_empty());
+}
+
+/// A server down for longer than the deadline: the commit stops with exit 3 and nothing
+/// visible; once the server is back, the same command finishes exactly once.
+#[test]
+fn a_server_down_past_the_deadline_fails_cleanly_and_the_rerun_loads_once() {
+    let ch = shared();
+    let sshd = Sshd::start(&[]);
+    let http = FaultProxy::start(http_addr(ch));
+    let ssh = FaultProxy::start(([127, 0, 0, 1], sshd.port).into());
+    let s = Setup::new(ch, "faults_down");
+    through_proxies(&s, &sshd, &http, &ssh, 2);
+    let begun = s.begin("fd-1", &[]);
+    assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
+    let input = write_rows(
+        s.dir.path(),
+        "rows.parquet",
+        &rows_select(0, 50_000),
+        "Parquet",
+    );
+    let built = s
+        .build_cmd("fd-1", "app-2.1", 0)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    let file = winners(s.dir.path(), &[&manifest_line(&built)]);
+
+    http.set_mode(Mode::Refuse);
+    let started = std::time::Instant::now();
+    let down = s.run(&[
+        "commit",
+        "--load",
+        "fd-1",
+        "--winners",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(down.status.code(), Some(3), "{}", text(&down));
+    assert!(text(&down).contains("gave up after"), "{}", text(&down));
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "retried until the deadline: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(count(ch, &s.table), "0\t0\n", "nothing visible");
+
+    http.set_mode(Mode::Pass);
+    let up = s.run(&[
+        "commit",
+        "--load",
+        "fd-1",
+        "--winners",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    assert_eq!(count(ch, &s.table), "50000\t50000\n");
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert!(s.detached("events").is_empty());
+}
