@@ -10,6 +10,7 @@ mod commit;
 mod disks;
 mod distributed;
 mod engines;
+mod events;
 mod faults;
 mod launcher;
 mod recover;

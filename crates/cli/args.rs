@@ -27,8 +27,45 @@ pub struct Cli {
     /// More log output on stderr (-v debug, -vv trace); CHPART_LOG takes a filter instead.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Append one JSON line per step to FILE (`-`: stderr): load, attempt, shard, part,
+    /// partition, step, outcome, duration_ms, rows, bytes, parts, attempts, retry, error (see
+    /// the README for the steps).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub events: Option<PathBuf>,
+    /// Write a Prometheus text file when the command ends (success, steps, seconds, rows,
+    /// bytes, parts, attempts and retries per step), e.g. for node_exporter's textfile
+    /// collector. Replaced atomically.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub metrics_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The subcommand's name, for metrics.
+    pub fn command_name(&self) -> &'static str {
+        match &self.command {
+            Command::Begin(_) => "begin",
+            Command::Build(_) => "build",
+            Command::Commit(_) => "commit",
+            Command::Abort(_) => "abort",
+            Command::Status(_) => "status",
+            Command::Gc(_) => "gc",
+            Command::Plan(_) => "plan",
+        }
+    }
+
+    /// The load the command works on, if it names one.
+    pub fn load(&self) -> Option<&str> {
+        match &self.command {
+            Command::Begin(a) => Some(&a.load),
+            Command::Build(a) => Some(&a.load),
+            Command::Commit(a) => Some(&a.load),
+            Command::Abort(a) => Some(&a.load),
+            Command::Status(a) => a.load.as_deref(),
+            Command::Gc(_) | Command::Plan(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

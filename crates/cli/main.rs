@@ -5,16 +5,34 @@ mod args;
 mod build;
 mod driver;
 mod exit;
+mod report;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 use exit::ExitCodeOf;
 
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
-    init_logging(cli.verbose);
-    match args::run(cli) {
+    let reporting = match report::Reporting::new(cli.events.as_deref(), cli.metrics_file.as_deref())
+    {
+        Ok(reporting) => Arc::new(reporting),
+        Err(e) => {
+            eprintln!("chpart: error: {e}");
+            return chpart_protocol::FailureKind::Usage.exit_code();
+        }
+    };
+    if let Some(load) = cli.load() {
+        reporting.set_load(load);
+    }
+    init_logging(cli.verbose, &reporting);
+    let command = cli.command_name();
+    let result = args::run(cli);
+    if let Err(e) = reporting.finish(command, result.is_ok()) {
+        eprintln!("chpart: warning: {e}");
+    }
+    match result {
         Ok(code) => code,
         Err(failure) => {
             eprintln!("chpart: error: {}", exit::render(&failure.error));
@@ -23,19 +41,34 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr (stdout carries only results such as the manifest line). `CHPART_LOG`
-/// takes a tracing filter, e.g. `CHPART_LOG=debug`.
-fn init_logging(verbose: u8) {
+/// Logs go to stderr (stdout carries only results such as the manifest line), above the
+/// progress bar when one is shown; step events go to `reporting`. `CHPART_LOG` takes a tracing
+/// filter for the logs, e.g. `CHPART_LOG=debug`.
+fn init_logging(verbose: u8, reporting: &Arc<report::Reporting>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     let default = match verbose {
         0 => "info",
         1 => "debug",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("CHPART_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+        // Step events are not log lines.
+        .add_directive(
+            format!("{}=off", chpart_core::events::TARGET)
+                .parse()
+                .expect("a valid directive"),
+        );
+    let bar = reporting.progress().cloned();
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(move || report::LogWriter(bar.clone()))
         .with_target(false)
-        .init();
+        .with_filter(filter);
+    let steps = report::StepLayer(reporting.clone()).with_filter(
+        tracing_subscriber::filter::filter_fn(|meta| meta.target() == chpart_core::events::TARGET),
+    );
+    tracing_subscriber::registry().with(logs).with(steps).init();
 }

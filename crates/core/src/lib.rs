@@ -25,6 +25,7 @@
 mod canon;
 pub mod commit;
 pub mod destination;
+pub mod events;
 pub mod fingerprint;
 pub mod ids;
 pub mod manifest;

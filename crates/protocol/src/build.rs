@@ -39,6 +39,7 @@ use chpart_remote::{RemoteError, RemoteFs};
 use serde::Serialize;
 
 use crate::cluster::{ClusterManifest, ClusterSpec, Reach, ShardSpec};
+use crate::events::Step;
 use crate::ledger::{LoadSpec, LoadState};
 use crate::store::{now_unix_ms, LedgerStoreError};
 use crate::FailureKind;
@@ -552,6 +553,24 @@ fn parquet_sources(
 /// already in use is refused before any work, and every later failure removes only what this
 /// build created (its staging directory and the parts it renamed into `detached/`).
 pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, BuildError> {
+    let step = Step::start(&req.load, "build").attempt(&req.attempt.id);
+    match build_attempt(env, req) {
+        Ok(report) => {
+            let m = &report.manifests;
+            step.counts(
+                m.iter().map(Manifest::total_rows).sum(),
+                report.timings.bytes,
+                m.iter().map(|m| m.parts.len() as u64).sum(),
+                1,
+            )
+            .ok();
+            Ok(report)
+        }
+        Err(e) => step.end(Err(e)),
+    }
+}
+
+fn build_attempt(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, BuildError> {
     let started = Instant::now();
     let spec = open_spec(env.loads, &req.load)?;
     if let Some(of) = &spec.shard_of {
@@ -636,9 +655,13 @@ fn build_claimed(
     started: Instant,
 ) -> Result<BuildReport, BuildError> {
     let work = work_dir(env, &req)?;
-    let built = run_clickhouse_local(env, spec, &work, req.input, req.merge, None)?
-        .pop()
-        .expect("one table built");
+    let step = Step::start(&req.load, "build.read").attempt(&req.attempt.id);
+    let built = step_built(
+        step,
+        run_clickhouse_local(env, spec, &work, req.input, req.merge, None),
+    )?
+    .pop()
+    .expect("one table built");
     log_built(&built, started);
     let mut timings = BuildTimings {
         build_secs: started.elapsed().as_secs_f64(),
@@ -663,6 +686,19 @@ fn build_claimed(
         manifests: vec![manifest],
         timings,
     })
+}
+
+/// Ends the `build.read` step with what clickhouse-local built.
+fn step_built(step: Step, built: Result<Vec<Built>, BuildError>) -> Result<Vec<Built>, BuildError> {
+    match built {
+        Ok(built) => {
+            let parts = built.iter().map(|b| b.parts.len() as u64).sum();
+            let rows = built.iter().map(|b| rows_of(&b.parts)).sum();
+            step.counts(rows, 0, parts, 0).ok();
+            Ok(built)
+        }
+        Err(e) => step.end(Err(e)),
+    }
 }
 
 fn log_built(built: &Built, started: Instant) {
@@ -716,7 +752,12 @@ fn publish_built(
         .zip(&disks)
         .map(|(name, &disk)| publisher.stagings[disk].staging.part_dir(name))
         .collect();
-    let shipped = ship_parts(uploaders, &built.parts, &names, &staged, timings)?;
+    let who = Who {
+        load,
+        attempt: &attempt.id,
+        shard: spec.shard_of.as_ref().map(|of| of.shard_num),
+    };
+    let shipped = ship_parts(&who, uploaders, &built.parts, &names, &staged, timings)?;
     let entries: Vec<PartEntry> = (0u32..)
         .zip(built.parts.iter().zip(names).zip(shipped))
         .zip(&disks)
@@ -761,7 +802,10 @@ fn publish_built(
         parts: entries,
     };
     manifest.validate().map_err(build_err)?;
-    publisher.publish(env, spec, &manifest, timings)?;
+    let step =
+        who.step("build.publish")
+            .counts(manifest.total_rows(), 0, manifest.parts.len() as u64, 0);
+    step.end(publisher.publish(env, spec, &manifest, timings))?;
     timings.bytes = manifest.parts.iter().map(|p| p.bytes_on_disk).sum();
     Ok(manifest)
 }
@@ -826,13 +870,17 @@ fn build_cluster(
             .map(|s| (format!("{LOCAL_TABLE}_{}", s.shard_num), s.shard_num))
             .collect();
         let reference = &subs[0].1;
-        let built = run_clickhouse_local(
-            env,
-            reference,
-            &work,
-            req.input,
-            false,
-            Some((&tables, &route)),
+        let step = Step::start(&req.load, "build.read").attempt(&req.attempt.id);
+        let built = step_built(
+            step,
+            run_clickhouse_local(
+                env,
+                reference,
+                &work,
+                req.input,
+                false,
+                Some((&tables, &route)),
+            ),
         )?;
         for (_, sub, _, _) in &subs {
             check_local(&local_for(env, sub), sub, &built[0].identity)?;
@@ -922,11 +970,27 @@ fn build_cluster(
     result
 }
 
+/// Whose steps a build reports: the (sub-)load, the attempt, the shard.
+struct Who<'a> {
+    load: &'a LoadId,
+    attempt: &'a AttemptId,
+    shard: Option<u32>,
+}
+
+impl Who<'_> {
+    fn step(&self, step: &'static str) -> Step {
+        Step::start(self.load, step)
+            .attempt(self.attempt)
+            .shard(self.shard)
+    }
+}
+
 /// Digests every part and uploads it into staging, as a pipeline: a part goes to the uploaders
 /// (one thread per connection) as soon as its files are digested, so hashing overlaps the
 /// transfer, and a backend that moves instead of copying (the local one) never takes a part
 /// before it was digested. Part `i` goes to `staged[i]`. Returns each part's files, in order.
 fn ship_parts(
+    who: &Who<'_>,
     uploaders: &[&dyn RemoteFs],
     parts: &[BuiltPart],
     names: &[PartName],
@@ -959,9 +1023,14 @@ fn ship_parts(
                     let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                     let Ok(i) = next else { return Ok(()) };
                     let to = &staged[i];
-                    if let Err(e) = fs.upload_dir_consuming(&parts[i].dir, to.as_str()) {
-                        failed.store(true, Ordering::Relaxed);
-                        return Err(remote(format!("upload part {} to {to}", names[i]))(e));
+                    let step = who.step("build.upload").part(&names[i]);
+                    match fs.upload_dir_consuming(&parts[i].dir, to.as_str()) {
+                        Ok(stats) => step.counts(parts[i].rows, stats.bytes, 1, 0).ok(),
+                        Err(e) => {
+                            failed.store(true, Ordering::Relaxed);
+                            let e = remote(format!("upload part {} to {to}", names[i]))(e);
+                            return step.end(Err(e));
+                        }
                     }
                 })
             })

@@ -451,6 +451,24 @@ pub async fn abort_with(
     load: &LoadId,
     force: bool,
 ) -> Result<Vec<Removal>, CleanupError> {
+    let step = crate::events::Step::start(load, "abort");
+    match abort_load(ledger, reach, fs, staging, load, force).await {
+        Ok(removed) => {
+            step.counts(0, 0, removed.len() as u64, 0).ok();
+            Ok(removed)
+        }
+        Err(e) => step.end(Err(e)),
+    }
+}
+
+async fn abort_load(
+    ledger: &Ledger,
+    reach: &dyn Reach,
+    fs: &dyn RemoteFs,
+    staging: &StagingLayout,
+    load: &LoadId,
+    force: bool,
+) -> Result<Vec<Removal>, CleanupError> {
     let view = ledger.view(load, crate::KNOWN_KINDS).await?;
     match view.spec.as_ref() {
         Some(spec) if spec.cluster.is_some() => {

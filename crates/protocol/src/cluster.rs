@@ -846,6 +846,14 @@ pub async fn begin_load(
     reach: &dyn Reach,
     req: &BeginRequest,
 ) -> Result<BeginOutcome, BeginError> {
+    crate::events::Step::start(&req.load, "begin").end(begin_any(ledger, reach, req).await)
+}
+
+async fn begin_any(
+    ledger: &Ledger,
+    reach: &dyn Reach,
+    req: &BeginRequest,
+) -> Result<BeginOutcome, BeginError> {
     let (db, table) = (req.target.database.as_str(), req.target.table.as_str());
     match ledger.server().table_info(db, table).await? {
         Some(info) if info.engine == "Distributed" => {
@@ -904,6 +912,15 @@ pub async fn commit_load_retrying(
             req.load,
             backoff.retries(),
             delay.as_secs_f64()
+        );
+        tracing::info!(
+            target: chpart_core::events::TARGET,
+            load = req.load.as_str(),
+            step = "retry",
+            outcome = chpart_core::events::RETRYING,
+            retry = backoff.retries(),
+            duration_ms = delay.as_secs_f64() * 1e3,
+            error = format!("commit: {error}"),
         );
         tokio::time::sleep(delay).await;
     }

@@ -30,6 +30,8 @@ use chpart_core::commit::{
 use chpart_core::{AttemptId, LoadId, PartName, PartitionId, RemotePath, StagingLayout, TableRef};
 use chpart_remote::RemoteFs;
 use chpart_server::{quote_str, quote_table, ClickHouseServer, ServerError};
+
+use crate::events::Step;
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::{kind, Decision, LoadSpec, LoadState, LoadView, Mode, Visibility};
@@ -474,22 +476,45 @@ async fn record_many(
 /// ledger and a fresh observation, so a stage another run already finished is passed through.
 pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOutcome, CommitError> {
     let started = Instant::now();
-    let planned = match Planned::open(env, &req).await? {
-        Opened::Committed(summary) => return Ok(outcome(summary, true, 0, started)),
-        Opened::Planned(planned) => planned,
+    let whole = Step::start(&req.load, "commit");
+    let step = Step::start(&req.load, "commit.plan");
+    let planned = match Planned::open(env, &req).await {
+        Ok(Opened::Committed(summary)) => {
+            step.ok();
+            whole.counts(summary.rows, 0, summary.parts as u64, 0).ok();
+            return Ok(outcome(summary, true, 0, started));
+        }
+        Ok(Opened::Planned(planned)) => planned,
+        Err(e) => return whole.end(step.end(Err(e))),
     };
+    let summary = planned.summary();
+    let spec = planned.spec.clone();
+    let counted = |step: Step| {
+        step.shard(spec.shard_of.as_ref().map(|of| of.shard_num))
+            .counts(
+                summary.rows,
+                0,
+                summary.parts as u64,
+                summary.winners.len() as u64,
+            )
+    };
+    counted(step).ok();
     if req.prepare_only {
-        return Ok(outcome(planned.summary(), false, 0, started));
+        return Ok(outcome(summary, false, 0, started));
     }
-    planned
-        .claim(env)
-        .await?
-        .attach(env)
-        .await?
-        .publish(env)
-        .await?
-        .finish(env, started)
-        .await
+    let result = async {
+        let claimed = step_of(&spec, "commit.claim").end(planned.claim(env).await)?;
+        let attached = step_of(&spec, "commit.attach").end(claimed.attach(env).await)?;
+        let published = step_of(&spec, "commit.publish").end(attached.publish(env).await)?;
+        step_of(&spec, "commit.finish").end(published.finish(env, started).await)
+    }
+    .await;
+    counted(whole).end(result)
+}
+
+/// A step of the commit of `spec`'s load (on its shard, for a cluster's sub-load).
+fn step_of(spec: &LoadSpec, step: &'static str) -> Step {
+    Step::start(&spec.load, step).shard(spec.shard_of.as_ref().map(|of| of.shard_num))
 }
 
 fn outcome(
@@ -996,7 +1021,7 @@ async fn attach_parts(
                 .map(CommitEntry::AttachIntent)
                 .collect();
             record_many(env, &spec.load, progress, intents, kind::ATTACH_INTENT).await?;
-            let (done, errors) = attach_batch(server, &spec.publish, batch).await;
+            let (done, errors) = attach_batch(server, spec, batch).await;
             attached += done.len();
             let outcomes = done.into_iter().map(CommitEntry::Attached).collect();
             record_many(env, &spec.load, progress, outcomes, kind::PART_ATTACHED).await?;
@@ -1028,7 +1053,7 @@ async fn attach_parts(
 /// ([`after_failed_attach`]).
 async fn attach_batch(
     server: &dyn ClickHouseServer,
-    table: &TableRef,
+    spec: &LoadSpec,
     batch: &[chpart_core::PartName],
 ) -> (
     Vec<chpart_core::PartName>,
@@ -1042,12 +1067,13 @@ async fn attach_batch(
         while running.len() < ATTACH_CONCURRENCY && failed.is_empty() {
             let Some(part) = pending.next() else { break };
             crash_point("before-attach");
-            let (db, name) = (&table.database, &table.table);
+            let (db, name) = (&spec.publish.database, &spec.publish.table);
             running.push(async move {
+                let step = step_of(spec, "commit.attach_part").part(part);
                 let result = server
                     .attach_part(db.as_str(), name.as_str(), &part.to_string())
                     .await;
-                (part.clone(), result)
+                (part.clone(), step.end(result))
             });
         }
         let Some((part, result)) = futures_util::StreamExt::next(&mut running).await else {
@@ -1410,7 +1436,8 @@ async fn publish_partitions(
         for (id, max_block, sql) in statements {
             let is_move = max_block == MOVE;
             crash_point("before-publish");
-            server.execute(&sql).await?;
+            let step = step_of(spec, "commit.publish_partition").partition(&id);
+            step.end(server.execute(&sql).await)?;
             crash_point("after-publish");
             // A MOVE that returned has moved the partition; a REPLACE is confirmed by the next
             // observation (target hashes equal to the shadow's), since upstream it is not

@@ -22,6 +22,7 @@ pub mod build;
 pub mod cleanup;
 pub mod cluster;
 pub mod commit;
+pub mod events;
 pub mod ledger;
 pub mod observe;
 pub mod snapshot;

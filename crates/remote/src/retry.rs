@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use chpart_core::events;
 use chpart_core::retry::{clock_seed, RetryPolicy};
 
 use crate::{DirEntry, RemoteError, RemoteFs, Stat, UploadStats};
@@ -116,6 +117,14 @@ fn retry<T>(
             "{what} {path}: retry {} in {:.2} s after a transient fault: {error}",
             backoff.retries(),
             delay.as_secs_f64()
+        );
+        tracing::info!(
+            target: events::TARGET,
+            step = "retry",
+            outcome = events::RETRYING,
+            retry = backoff.retries(),
+            duration_ms = delay.as_secs_f64() * 1e3,
+            error = format!("{what} {path}: {error}"),
         );
         std::thread::sleep(delay);
     }

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use chpart_core::events;
 use chpart_core::retry::{clock_seed, RetryPolicy};
 
 use crate::{
@@ -69,6 +70,14 @@ impl Retrying {
                 self.inner.endpoint(),
                 backoff.retries(),
                 delay.as_secs_f64()
+            );
+            tracing::info!(
+                target: events::TARGET,
+                step = "retry",
+                outcome = events::RETRYING,
+                retry = backoff.retries(),
+                duration_ms = delay.as_secs_f64() * 1e3,
+                error = format!("{what} on {}: {error}", self.inner.endpoint()),
             );
             tokio::time::sleep(delay).await;
         }
