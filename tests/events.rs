@@ -234,3 +234,128 @@ fn a_build_on_a_terminal_shows_its_progress() {
         "the manifest still comes: {shown}"
     );
 }
+
+/// `status --timeline`: the winner, a loser (a retry's complete attempt), an attempt killed
+/// before its manifest, and the commit's steps, on one time axis; after gc, the winner alone.
+#[test]
+fn a_timeline_shows_winners_losers_and_the_commit() {
+    let ch = shared();
+    let s = Setup::new(ch, "events_timeline");
+    let begun = s.begin("tl-1", &[]);
+    assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
+    let input = write_rows(
+        s.dir.path(),
+        "rows.parquet",
+        &rows_select(0, 5_000),
+        "Parquet",
+    );
+    let build = |attempt: &str| {
+        let out = s
+            .build_cmd("tl-1", attempt, 0)
+            .arg("--input")
+            .arg(&input)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let _lost = build("app-1.1");
+    let won = build("app-1.2");
+    // What a build killed after claiming its staging leaves: a directory, no manifest.
+    let staging = ch
+        .data_dir
+        .join("chpart-staging")
+        .join("tl-1")
+        .join("app-1.3");
+    std::fs::create_dir_all(&staging).unwrap();
+    let winners = s.dir.path().join("winners.jsonl");
+    std::fs::write(&winners, format!("{won}\n")).unwrap();
+    let committed = s.run(&[
+        "commit",
+        "--load",
+        "tl-1",
+        "--winners",
+        winners.to_str().unwrap(),
+    ]);
+    assert_eq!(committed.status.code(), Some(0), "{}", text(&committed));
+    // A late writer: fenced, and noted in the ledger.
+    let late = s
+        .build_cmd("tl-1", "app-1.4", 0)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert_eq!(late.status.code(), Some(5), "{}", text(&late));
+
+    let picture = s.dir.path().join("tl-1.svg");
+    let out = s.run(&[
+        "status",
+        "--load",
+        "tl-1",
+        "--timeline",
+        picture.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let svg = std::fs::read_to_string(&picture).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    for (attempt, fate) in [
+        ("app-1.2", "won"),
+        ("app-1.1", "lost"),
+        ("app-1.3", "no manifest"),
+        ("app-1.4", "fenced"),
+    ] {
+        let row = svg
+            .lines()
+            .position(|l| l.contains(&format!("{attempt}</text>")))
+            .unwrap_or_else(|| panic!("no lane for {attempt}: {svg}"));
+        assert!(
+            svg.lines().nth(row + 1).unwrap().contains(fate),
+            "{attempt}: {svg}"
+        );
+    }
+    for mark in [
+        "begin",
+        "plan",
+        "decided: commit",
+        "partition 202601 visible",
+        "committed",
+    ] {
+        assert!(
+            svg.contains(&format!(">{mark}</text>")),
+            "{mark} missing: {svg}"
+        );
+    }
+
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    let out = s.run(&[
+        "status",
+        "--load",
+        "tl-1",
+        "--timeline",
+        picture.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let svg = std::fs::read_to_string(&picture).unwrap();
+    assert!(
+        svg.contains("app-1.2</text>") && svg.contains("app-1.4</text>"),
+        "{svg}"
+    );
+    assert!(
+        !svg.contains("app-1.1</text>") && !svg.contains("app-1.3</text>"),
+        "{svg}"
+    );
+
+    let unknown = s.run(&[
+        "status",
+        "--load",
+        "tl-nope",
+        "--timeline",
+        picture.to_str().unwrap(),
+    ]);
+    assert_eq!(unknown.status.code(), Some(4), "{}", text(&unknown));
+    assert!(text(&unknown).contains("tl-nope"), "{}", text(&unknown));
+}

@@ -154,6 +154,12 @@ pub struct StatusArgs {
     /// One JSON array on stdout instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also draw the load (--load) on a time axis into FILE (SVG): every attempt's build,
+    /// upload and publish, which won, lost, wrote no manifest (failed or fenced) or is being
+    /// collected by gc, and the commit's steps in the ledger. Attempts that lost are known
+    /// until gc removes what they left: draw it before gc to see them.
+    #[arg(long, value_name = "FILE.svg", requires = "load")]
+    pub timeline: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -184,6 +184,33 @@ pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
         .context("--load")
         .map_err(usage)?;
     let env = driver_env(&args.config)?;
+    if let (Some(path), Some(load)) = (&args.timeline, &only) {
+        let timeline = env
+            .rt
+            .block_on(chpart_protocol::timeline::timeline(
+                &env.ledger,
+                &env.reach,
+                env.fs.as_ref(),
+                &env.staging,
+                load,
+            ))
+            .map_err(cleanup_failure)?
+            .ok_or_else(|| {
+                Failure::new(
+                    chpart_protocol::FailureKind::Permanent,
+                    anyhow::anyhow!("load {load} is not in the ledger: no timeline to draw"),
+                )
+            })?;
+        std::fs::write(path, crate::timeline::svg(&timeline))
+            .with_context(|| format!("--timeline {}", path.display()))
+            .map_err(usage)?;
+        tracing::info!(
+            "timeline of load {load}: {} attempt(s), {} ledger mark(s) in {}",
+            timeline.lanes.len(),
+            timeline.marks.len(),
+            path.display()
+        );
+    }
     let loads = env
         .rt
         .block_on(chpart_protocol::cleanup::status(

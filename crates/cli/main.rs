@@ -6,6 +6,7 @@ mod build;
 mod driver;
 mod exit;
 mod report;
+mod timeline;
 
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -16,6 +16,7 @@ the load is left in detached/ or staging.
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -68,6 +69,18 @@ def test_stage_retry_with_zombies_that_publish_late(clickhouse, chpart_config, c
     load = "zombie-load"
     r = run_scenario(tmp_path, "zombie", chpart_config, chpart_bin, load, rows=40_000)
     loser, fenced = check_zombie_run(r)
+
+    # The load on a time axis, before gc: the winners, the late loser, the fenced zombie (its
+    # build noted the fence in the ledger) and the commit's steps.
+    picture = tmp_path / "timeline.svg"
+    subprocess.run([chpart_bin, "status", "--config", str(chpart_config), "--load", load,
+                    "--timeline", str(picture)], check=True, capture_output=True)
+    svg = picture.read_text()
+    for winner in dict(r["summary"]["winners"]).values():
+        assert f"<title>{winner}: won</title>" in svg, svg
+    assert f"<title>{loser}: lost</title>" in svg, svg
+    assert f"<title>{fenced}: wrote late: fenced</title>" in svg, svg
+    assert ">committed</text>" in svg, svg
 
     late_parts = [p["name"] for p in staged_manifest(clickhouse, load, loser)["parts"]]
     entry = assert_loaded_with_loser(clickhouse, chpart_config, chpart_bin, load, r, loser, late_parts)

@@ -53,7 +53,7 @@ pub use ids::{
     Attempt, AttemptId, DatabaseName, IdError, LoadId, PartitionId, TableName, TableRef,
 };
 pub use manifest::{
-    FileEntry, Manifest, ManifestError, ManifestOrigin, OtherDisk, PartEntry, Target,
+    FileEntry, Manifest, ManifestError, ManifestOrigin, OtherDisk, PartEntry, Phases, Target,
     MANIFEST_FORMAT, MANIFEST_VERSION,
 };
 pub use names::{detached_part_name, parse_detached_entry, DetachedEntry, PartName, PartNameError};

@@ -79,8 +79,23 @@ pub struct Manifest {
     pub ttl_removed_rows: u64,
     /// When the attempt completed, milliseconds since the Unix epoch.
     pub created_at_unix_ms: u64,
+    /// When its phases ended, for the load's timeline (`status --timeline`).
+    pub phases: Phases,
     /// The parts the attempt published, each in `detached/` under its name.
     pub parts: Vec<PartEntry>,
+}
+
+/// When an attempt started and when its build and upload ended, milliseconds since the Unix
+/// epoch on the executor's clock (0: not recorded, e.g. a manifest written before chpart
+/// recorded them). Publishing ends at `created_at_unix_ms`. Absent from the JSON when 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Phases {
+    /// The attempt started.
+    pub started_at_unix_ms: u64,
+    /// clickhouse-local finished building its parts.
+    pub built_at_unix_ms: u64,
+    /// Its parts were in staging.
+    pub uploaded_at_unix_ms: u64,
 }
 
 /// Where an attempt published its parts.
@@ -172,6 +187,12 @@ struct Document {
     #[serde(default, skip_serializing_if = "is_zero")]
     ttl_removed_rows: u64,
     created_at_unix_ms: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    started_at_unix_ms: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    built_at_unix_ms: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    uploaded_at_unix_ms: u64,
     parts: Vec<PartEntry>,
 }
 
@@ -473,6 +494,9 @@ impl Manifest {
             source_rows,
             ttl_removed_rows,
             created_at_unix_ms,
+            started_at_unix_ms,
+            built_at_unix_ms,
+            uploaded_at_unix_ms,
             parts,
         } = serde_json::from_str(text)
             .map_err(|source| ManifestError::Schema { origin, source })?;
@@ -485,6 +509,11 @@ impl Manifest {
             source_rows,
             ttl_removed_rows,
             created_at_unix_ms,
+            phases: Phases {
+                started_at_unix_ms,
+                built_at_unix_ms,
+                uploaded_at_unix_ms,
+            },
             parts,
         };
         manifest.validate()?;
@@ -504,6 +533,7 @@ impl Manifest {
             source_rows,
             ttl_removed_rows,
             created_at_unix_ms,
+            phases,
             parts,
         } = self.clone();
         let doc = Document {
@@ -517,6 +547,9 @@ impl Manifest {
             source_rows,
             ttl_removed_rows,
             created_at_unix_ms,
+            started_at_unix_ms: phases.started_at_unix_ms,
+            built_at_unix_ms: phases.built_at_unix_ms,
+            uploaded_at_unix_ms: phases.uploaded_at_unix_ms,
             parts,
         };
         // Cannot fail: every map key is a string and there are no floats.
@@ -765,6 +798,7 @@ mod tests {
             source_rows: 300,
             ttl_removed_rows: 0,
             created_at_unix_ms: 1_764_490_000_000,
+            phases: Phases::default(),
             parts,
         }
     }

@@ -29,7 +29,7 @@ use chpart_build::{
     rewrite_query, split_listings, ttl_due, BuiltPart, FileSource, LocalCommand, LocalIdentity,
     Rewrite, RunError, WorkDir,
 };
-use chpart_core::manifest::{FileEntry, Manifest, OtherDisk, PartEntry, Target};
+use chpart_core::manifest::{FileEntry, Manifest, OtherDisk, PartEntry, Phases, Target};
 use chpart_core::{
     detached_part_name, Attempt, AttemptId, AttemptStaging, Destination, DiskPlace, LoadId,
     PartName, RemotePath, StagingLayout,
@@ -52,6 +52,10 @@ const LOCAL_TABLE: &str = "t";
 pub trait LoadDirectory: Sync {
     /// The load's state and spec, read now (not cached: fencing depends on it).
     fn lookup(&self, load: &LoadId) -> Result<(LoadState, Option<LoadSpec>), LedgerStoreError>;
+
+    /// Notes that `attempt` was fenced off `load` (best effort, for the load's timeline: a
+    /// failure is only logged).
+    fn record_fenced(&self, _load: &LoadId, _attempt: &Attempt, _started_at_unix_ms: u64) {}
 }
 
 /// The rows of this attempt.
@@ -105,6 +109,9 @@ pub struct BuildTimings {
     pub publish_secs: f64,
     /// Bytes uploaded.
     pub bytes: u64,
+    /// When the attempt started, Unix milliseconds.
+    #[serde(skip)]
+    pub started_unix_ms: u64,
 }
 
 /// A finished attempt.
@@ -554,7 +561,12 @@ fn parquet_sources(
 /// build created (its staging directory and the parts it renamed into `detached/`).
 pub fn build(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, BuildError> {
     let step = Step::start(&req.load, "build").attempt(&req.attempt.id);
+    let (started_at, attempt) = (now_unix_ms(), req.attempt.clone());
     match build_attempt(env, req) {
+        Err(BuildError::Fenced { load, state }) => {
+            env.loads.record_fenced(&load, &attempt, started_at);
+            step.end(Err(BuildError::Fenced { load, state }))
+        }
         Ok(report) => {
             let m = &report.manifests;
             step.counts(
@@ -665,6 +677,7 @@ fn build_claimed(
     log_built(&built, started);
     let mut timings = BuildTimings {
         build_secs: started.elapsed().as_secs_f64(),
+        started_unix_ms: unix_ms_at(started),
         ..Default::default()
     };
     let manifest = publish_built(
@@ -686,6 +699,11 @@ fn build_claimed(
         manifests: vec![manifest],
         timings,
     })
+}
+
+/// The Unix time in milliseconds at `instant` (a moment already past).
+fn unix_ms_at(instant: Instant) -> u64 {
+    now_unix_ms().saturating_sub(instant.elapsed().as_millis() as u64)
 }
 
 /// Ends the `build.read` step with what clickhouse-local built.
@@ -758,6 +776,7 @@ fn publish_built(
         shard: spec.shard_of.as_ref().map(|of| of.shard_num),
     };
     let shipped = ship_parts(&who, uploaders, &built.parts, &names, &staged, timings)?;
+    let uploaded_at_unix_ms = now_unix_ms();
     let entries: Vec<PartEntry> = (0u32..)
         .zip(built.parts.iter().zip(names).zip(shipped))
         .zip(&disks)
@@ -799,6 +818,11 @@ fn publish_built(
         source_rows: built.source_rows,
         ttl_removed_rows: built.ttl_removed_rows,
         created_at_unix_ms: now_unix_ms(),
+        phases: Phases {
+            started_at_unix_ms: timings.started_unix_ms,
+            built_at_unix_ms: timings.started_unix_ms + (timings.build_secs * 1e3) as u64,
+            uploaded_at_unix_ms,
+        },
         parts: entries,
     };
     manifest.validate().map_err(build_err)?;
@@ -913,6 +937,7 @@ fn build_cluster(
                         scope.spawn(move || {
                             let mut timings = BuildTimings {
                                 build_secs,
+                                started_unix_ms: unix_ms_at(started),
                                 ..Default::default()
                             };
                             publish_built(
@@ -1299,5 +1324,25 @@ impl LoadDirectory for LedgerDirectory {
             .runtime
             .block_on(self.ledger.view(load, crate::KNOWN_KINDS))?;
         Ok((view.state, view.spec))
+    }
+
+    fn record_fenced(&self, load: &LoadId, attempt: &Attempt, started_at_unix_ms: u64) {
+        let body = crate::ledger::FencedBody {
+            attempt: attempt.id.to_string(),
+            partition: attempt.partition,
+            started_at_unix_ms,
+        };
+        let written = self.runtime.block_on(self.ledger.append(
+            load,
+            &format!("fenced:{}", attempt.id),
+            crate::ledger::kind::ATTEMPT_FENCED,
+            &serde_json::to_string(&body).expect("serializes"),
+        ));
+        if let Err(e) = written {
+            tracing::warn!(
+                "could not note in the ledger that attempt {} was fenced: {e}",
+                attempt.id
+            );
+        }
     }
 }

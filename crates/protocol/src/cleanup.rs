@@ -139,7 +139,7 @@ struct Intent {
 }
 
 /// Prefix of an attempt's staging directory that gc has taken away from its writer.
-const TAKEN_PREFIX: &str = ".gc.";
+pub(crate) const TAKEN_PREFIX: &str = ".gc.";
 
 /// Attempts found under `<staging>/<load>/` (including directories an interrupted gc took).
 pub fn staged_attempts(
@@ -190,7 +190,10 @@ fn read_intent(fs: &dyn RemoteFs, path: &str) -> Result<Vec<String>, CleanupErro
 
 /// The disks a load published to, each with its staging root (the configured `staging` for
 /// loads begun before chpart recorded them).
-fn disks_of(spec: &LoadSpec, staging: &StagingLayout) -> Result<Vec<DiskPlace>, CleanupError> {
+pub(crate) fn disks_of(
+    spec: &LoadSpec,
+    staging: &StagingLayout,
+) -> Result<Vec<DiskPlace>, CleanupError> {
     spec.destination(staging)
         .map(|d| d.disks)
         .map_err(|source| CleanupError::BadSpec {
@@ -202,7 +205,7 @@ fn disks_of(spec: &LoadSpec, staging: &StagingLayout) -> Result<Vec<DiskPlace>, 
 /// Attempts found in the load's staging on every disk, one entry per attempt (an attempt that
 /// published on several disks has a directory on each: its manifest is on one, its parts are
 /// counted on all).
-fn staged_attempts_on_disks(
+pub(crate) fn staged_attempts_on_disks(
     fs: &dyn RemoteFs,
     disks: &[DiskPlace],
     load: &LoadId,
@@ -567,7 +570,7 @@ fn commit_made_rows_visible(view: &LoadView) -> Result<bool, CleanupError> {
 /// Where a load's tables and files are, for status and gc: the ledger's server and the
 /// configured filesystem, or for a shard's sub-load that shard's server and host (one
 /// connection per host, opened when first needed).
-struct Places<'a> {
+pub(crate) struct Places<'a> {
     ledger: &'a Ledger,
     reach: &'a dyn Reach,
     fs: &'a dyn RemoteFs,
@@ -576,13 +579,13 @@ struct Places<'a> {
 }
 
 /// A filesystem [`Places`] hands out.
-enum FsOf<'a> {
+pub(crate) enum FsOf<'a> {
     Configured(&'a dyn RemoteFs),
     Host(Arc<dyn RemoteFs>),
 }
 
 impl FsOf<'_> {
-    fn get(&self) -> &dyn RemoteFs {
+    pub(crate) fn get(&self) -> &dyn RemoteFs {
         match self {
             FsOf::Configured(fs) => *fs,
             FsOf::Host(fs) => fs.as_ref(),
@@ -591,7 +594,7 @@ impl FsOf<'_> {
 }
 
 impl<'a> Places<'a> {
-    fn new(
+    pub(crate) fn new(
         ledger: &'a Ledger,
         reach: &'a dyn Reach,
         fs: &'a dyn RemoteFs,
@@ -607,7 +610,10 @@ impl<'a> Places<'a> {
     }
 
     /// The server, filesystem and configured staging root of `spec`'s tables.
-    fn of(&self, spec: &LoadSpec) -> Result<(SharedServer, FsOf<'a>, StagingLayout), CleanupError> {
+    pub(crate) fn of(
+        &self,
+        spec: &LoadSpec,
+    ) -> Result<(SharedServer, FsOf<'a>, StagingLayout), CleanupError> {
         let Some(of) = &spec.shard_of else {
             return Ok((
                 self.ledger.shared_server(),

@@ -1265,6 +1265,7 @@ mod tests {
             source_rows: 0,
             ttl_removed_rows: 0,
             created_at_unix_ms: 1,
+            phases: Default::default(),
             parts: Vec::new(),
         }
     }

@@ -155,6 +155,10 @@ pub mod kind {
     /// An operator ended a load that a commit had claimed but cannot finish (`abort --force`);
     /// rows that commit already made visible stay. Body: when.
     pub const LOAD_ABANDONED: &str = "load_abandoned";
+    /// A build found the load finished when it went to publish and published nothing (best
+    /// effort, for the load's timeline); entry id `fenced:<attempt>`, body:
+    /// [`super::FencedBody`].
+    pub const ATTEMPT_FENCED: &str = "attempt_fenced";
     /// The load's outcome is settled; body: [`super::DecisionBody`]. Entry id `decision`,
     /// written with a deduplication token so that the server keeps only the first.
     pub const DECIDED: &str = "decided";
@@ -193,7 +197,19 @@ pub const KNOWN_KINDS: &[&str] = &[
     kind::PART_ATTACHED,
     kind::PUBLISH_INTENT,
     kind::PARTITION_PUBLISHED,
+    kind::ATTEMPT_FENCED,
 ];
+
+/// The body of an [`kind::ATTEMPT_FENCED`] entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FencedBody {
+    /// The attempt.
+    pub attempt: String,
+    /// Its Spark partition.
+    pub partition: u32,
+    /// When it started (executor clock, Unix milliseconds).
+    pub started_at_unix_ms: u64,
+}
 
 /// How a load ends, settled once by the first `decision` entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -27,6 +27,7 @@ pub mod ledger;
 pub mod observe;
 pub mod snapshot;
 pub mod store;
+pub mod timeline;
 
 /// What a failure means for whoever runs chpart (and so its exit status).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
