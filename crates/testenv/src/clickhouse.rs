@@ -478,9 +478,13 @@ impl StorageXml {
             s3.secret_access_key,
             metadata.display()
         ));
+        // move_factor 0: the server never moves parts on to the next volume by itself because
+        // the hot disk is short of space (by default when under 10% is free, which a shared
+        // test machine can be): the tests move them, as a table's rules would.
         self.policies.push_str(&format!(
             "<{TIERED_POLICY}><volumes><hot><disk>{HOT_DISK}</disk></hot>\
-             <cold><disk>{COLD_DISK}</disk></cold></volumes></{TIERED_POLICY}>\
+             <cold><disk>{COLD_DISK}</disk></cold></volumes><move_factor>0</move_factor>\
+             </{TIERED_POLICY}>\
              <{S3ONLY_POLICY}><volumes><main><disk>{COLD_DISK}</disk></main></volumes>\
              </{S3ONLY_POLICY}>"
         ));
