@@ -362,3 +362,69 @@ fn abort_force_and_gc_remove_claims_left_by_a_dead_server() {
         );
     }
 }
+
+/// The server SIGKILLed in the middle of a commit's ATTACHes and started again on the same
+/// ports a moment later: the commit rides it out on its own, within `[retry] deadline_secs`
+/// (reads retried, the commit resumed from the ledger and a fresh observation, claims a dead
+/// server left taken back), and exits 0 in that one run, for both visibilities.
+#[test]
+fn a_server_restarted_mid_commit_is_ridden_out_within_the_deadline() {
+    let ports = (chpart_testenv::free_port(), chpart_testenv::free_port());
+    let ch = ClickHouse::start_with(chpart_testenv::clickhouse::ServerOptions {
+        ports: Some(ports),
+        ..Default::default()
+    });
+    ch.q("CREATE DATABASE rec");
+    let dir = tempfile::tempdir().unwrap();
+    let config = local_config(dir.path(), &ch, "rec_ledger");
+    let mut env = Crashable {
+        ch: Some(ch),
+        dir,
+        ledger_db: "rec_ledger".to_owned(),
+        config,
+    };
+    let mut killed_any = false;
+    for (i, begin) in [&[][..], &["--visibility", "part"][..]].iter().enumerate() {
+        let row = format!("{begin:?}");
+        let built = env.load(&format!("r_{i}"), &format!("rec-ride-{i}"), begin, true);
+        let mut commit = env
+            .commit_cmd(&built.load, &built.winners)
+            .env("CHPART_RETRY_DEADLINE_SECS", "60")
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        // Once a third of the parts left detached/, kill the server and start it again.
+        let killed = loop {
+            if commit.try_wait().unwrap().is_some() {
+                break false;
+            }
+            assert!(Instant::now() < deadline, "{row}: the commit did not end");
+            let (plain, _) = built.left();
+            if built.parts.len() - plain.len() >= built.parts.len() / 3 {
+                env.kill();
+                env.ch.as_mut().unwrap().start_again();
+                break true;
+            }
+        };
+        killed_any |= killed;
+        let out = commit.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{row}: {}", text(&out));
+        if killed {
+            assert!(
+                text(&out).contains("retry"),
+                "{row}: the commit retried: {}",
+                text(&out)
+            );
+        }
+        env.assert_exactly_once(&built, &row);
+        assert_eq!(
+            built.left(),
+            (vec![], vec![]),
+            "{row}: winners' parts left in detached/"
+        );
+    }
+    assert!(
+        killed_any,
+        "no commit was still running when the server was killed"
+    );
+}
