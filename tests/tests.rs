@@ -7,6 +7,7 @@ mod cleanup;
 mod cli;
 mod cluster;
 mod commit;
+mod crash;
 mod disks;
 mod distributed;
 mod engines;

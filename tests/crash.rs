@@ -1,0 +1,365 @@
+//! The randomized crash harness: random kill schedules against the real engine. Each schedule
+//! begins a load (partition or part visibility, append or replace), builds every Spark
+//! partition with attempts of which some are SIGKILLed at a random moment, then drives the
+//! commit through random faults: commits SIGKILLed after a random delay, a second commit
+//! racing the first, gc in between, the ClickHouse server SIGKILLed and started again. A last
+//! commit then must exit 0, and afterwards the table must hold exactly the source rows (count
+//! and checksum against a twin loaded by INSERT) and gc must leave nothing (detached/,
+//! staging, shadow tables).
+//!
+//! CI runs a slice of `CRASH_SCHEDULES` schedules (50 by default); the README's table comes
+//! from `CRASH_SCHEDULES=1000`. `CRASH_SEED` replays a run (each schedule's seed is printed).
+//! The summary (schedules, kills by step, failures) is printed at the end, and written as JSON
+//! to `CRASH_REPORT` when set. Every failure it finds becomes a fixed test.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use chpart_testenv::clickhouse::{ClickHouse, ServerOptions};
+
+use crate::build::{rows_select, write_rows, COLUMNS};
+use crate::cli::{chpart, local_config, text};
+
+const SPARK_PARTITIONS: u64 = 2;
+
+/// xorshift64*: the schedules' only source of randomness, so a seed replays a schedule.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn millis(&mut self, max: u64) -> Duration {
+        Duration::from_millis(self.below(max))
+    }
+}
+
+/// What one run of the harness saw.
+#[derive(Default)]
+struct Tally {
+    schedules: u64,
+    builds_killed: u64,
+    commits_killed: u64,
+    /// Commits killed, by the last step they reported before the kill.
+    kills_by_step: BTreeMap<String, u64>,
+    racing_commits: u64,
+    gc_between: u64,
+    server_restarts: u64,
+    failures: Vec<String>,
+}
+
+struct Harness {
+    ch: ClickHouse,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    /// Each Spark partition's rows (the same for every schedule; each has its own table).
+    inputs: Vec<PathBuf>,
+}
+
+impl Harness {
+    fn ch(&self) -> &ClickHouse {
+        &self.ch
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        crate::cli::run_with(&self.config, args)
+    }
+
+    fn spawn(&self, args: &[&str], events: Option<&Path>) -> Child {
+        let mut cmd = chpart();
+        cmd.arg(args[0])
+            .arg("--config")
+            .arg(&self.config)
+            .args(&args[1..])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(events) = events {
+            cmd.arg("--events").arg(events);
+        }
+        cmd.spawn().unwrap()
+    }
+}
+
+/// Waits up to `delay` for `child`; kills it (SIGKILL) if it still runs. Whether it was killed.
+fn kill_after(child: &mut Child, delay: Duration) -> bool {
+    let until = Instant::now() + delay;
+    while Instant::now() < until {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if child.try_wait().unwrap().is_some() {
+        return false;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    true
+}
+
+/// The last step a command reported in its events file (`start` if none).
+fn last_step(events: &Path) -> String {
+    std::fs::read_to_string(events)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .rfind(|e| e["step"] != "retry")
+        .map(|e| e["step"].as_str().unwrap_or("?").to_owned())
+        .unwrap_or_else(|| "start".to_owned())
+}
+
+fn fingerprint(ch: &ClickHouse, table: &str) -> String {
+    ch.q(&format!(
+        "SELECT count(), sum(cityHash64(ts, id, name, score)) FROM {table}"
+    ))
+}
+
+/// One schedule; `Err` says what went wrong.
+fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(), String> {
+    let mut rng = Rng(seed | 1);
+    let partition_visibility = rng.chance(50);
+    let replace = partition_visibility && rng.chance(40);
+    let (table, twin, load) = (
+        format!("crash.t{i}"),
+        format!("crash.twin{i}"),
+        format!("crash-{i}"),
+    );
+    for t in [&table, &twin] {
+        h.ch().q(&format!(
+            "CREATE TABLE {t} ({COLUMNS}) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id"
+        ));
+    }
+    // Replace: old rows in a partition the load replaces (January) and one it leaves (December).
+    if replace {
+        let old =
+            "SELECT toDateTime('2025-12-20 00:00:00', 'UTC') + toIntervalDay(number % 40) AS ts, \
+                   900000 + number AS id, 'old' AS name, NULL AS score FROM numbers(300)";
+        h.ch().q(&format!("INSERT INTO {table} {old}"));
+        h.ch().q(&format!(
+            "INSERT INTO {twin} SELECT * FROM ({old}) WHERE toYYYYMM(ts) = 202512"
+        ));
+    }
+    let mut begin = vec!["begin", "--table", &table, "--load", &load];
+    begin.extend([
+        "--visibility",
+        if partition_visibility {
+            "partition"
+        } else {
+            "part"
+        },
+    ]);
+    if replace {
+        begin.extend(["--mode", "replace"]);
+    }
+    let out = h.run(&begin);
+    if out.status.code() != Some(0) {
+        return Err(format!("begin: {}", text(&out)));
+    }
+
+    // Builds: per Spark partition, attempt `a` (SIGKILLed at a random moment in a third of the
+    // schedules) and attempt `b`; the winner is one that completed, chosen at random.
+    let mut winners = Vec::new();
+    for p in 0..SPARK_PARTITIONS {
+        let input = &h.inputs[p as usize];
+        h.ch().q(&format!(
+            "INSERT INTO {twin} {}",
+            rows_select(p * 1000, 1000)
+        ));
+        let mut completed = Vec::new();
+        // Attempt `a` in half the schedules: a build is the costliest step here.
+        let attempts: &[&str] = if rng.chance(50) { &["a", "b"] } else { &["b"] };
+        for a in attempts {
+            let attempt = format!("x{i}-{a}.{p}");
+            let args = [
+                "build",
+                "--load",
+                &load,
+                "--attempt",
+                &attempt,
+                "--partition",
+                &p.to_string(),
+                "--input",
+                input.to_str().unwrap(),
+            ];
+            let mut child = h.spawn(&args, None);
+            if *a == "a" && rng.chance(50) {
+                let delay = rng.millis(1500);
+                if kill_after(&mut child, delay) {
+                    tally.builds_killed += 1;
+                    continue;
+                }
+            }
+            let out = child.wait_with_output().unwrap();
+            if out.status.code() != Some(0) {
+                return Err(format!("build {attempt}: {}", text(&out)));
+            }
+            completed.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        }
+        let pick = rng.below(completed.len() as u64) as usize;
+        winners.push(completed.swap_remove(pick));
+    }
+    let file = h.dir.path().join(format!("{load}.jsonl"));
+    std::fs::write(&file, winners.join("\n") + "\n").unwrap();
+    let commit_args = [
+        "commit",
+        "--load",
+        &load,
+        "--winners",
+        file.to_str().unwrap(),
+    ];
+
+    // Faults around the commit: up to two killed commits, a racing pair, gc, a server restart.
+    for round in 0..rng.below(3) {
+        let events = h.dir.path().join(format!("{load}-{round}.events"));
+        let mut first = h.spawn(&commit_args, Some(&events));
+        let racing = rng.chance(25).then(|| h.spawn(&commit_args, None));
+        if racing.is_some() {
+            tally.racing_commits += 1;
+        }
+        let restart = rng.chance(15);
+        let delay = rng.millis(1200);
+        if restart {
+            std::thread::sleep(delay);
+            h.ch.kill();
+            h.ch.start_again();
+            tally.server_restarts += 1;
+        } else if kill_after(&mut first, delay) {
+            tally.commits_killed += 1;
+            *tally.kills_by_step.entry(last_step(&events)).or_default() += 1;
+        }
+        for mut child in [Some(first), racing].into_iter().flatten() {
+            // Whatever these ended with, the last commit below must finish the load.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if rng.chance(30) {
+            tally.gc_between += 1;
+            let out = h.run(&["gc"]);
+            if out.status.code() != Some(0) {
+                return Err(format!("gc between commits: {}", text(&out)));
+            }
+        }
+    }
+    let out = h.run(&commit_args);
+    if out.status.code() != Some(0) {
+        return Err(format!("last commit: {}", text(&out)));
+    }
+    let (got, want) = (fingerprint(h.ch(), &table), fingerprint(h.ch(), &twin));
+    if got != want {
+        return Err(format!("rows: {got:?}, expected {want:?}"));
+    }
+    let out = h.run(&["gc"]);
+    if out.status.code() != Some(0) {
+        return Err(format!("gc: {}", text(&out)));
+    }
+    let left = h.ch().q(&format!(
+        "SELECT count() FROM system.detached_parts WHERE database = 'crash' AND table LIKE 't{i}%'"
+    ));
+    let shadows = h.ch().q(&format!(
+        "SELECT count() FROM system.tables WHERE database = 'crash' AND name LIKE 't{i}\\\\_\\\\_chpart%'"
+    ));
+    let staging = h.ch.data_dir.join("chpart-staging").join(&load);
+    let staged = std::fs::read_dir(&staging).map(|d| d.count()).unwrap_or(0);
+    if (left.trim(), shadows.trim(), staged) != ("0", "0", 0) {
+        return Err(format!(
+            "after gc: {} in detached/, {} shadow table(s), {staged} staging entries",
+            left.trim(),
+            shadows.trim()
+        ));
+    }
+    if fingerprint(h.ch(), &table) != want {
+        return Err("rows changed after gc".into());
+    }
+    Ok(())
+}
+
+#[test]
+fn random_kill_schedules_load_every_row_exactly_once_and_leave_nothing() {
+    let schedules: u64 = std::env::var("CRASH_SCHEDULES")
+        .ok()
+        .map(|s| s.parse().expect("CRASH_SCHEDULES is a number"))
+        .unwrap_or(50);
+    let base: u64 = std::env::var("CRASH_SEED")
+        .ok()
+        .map(|s| s.parse().expect("CRASH_SEED is a number"))
+        .unwrap_or_else(chpart_core::retry::clock_seed);
+    eprintln!("crash harness: {schedules} schedule(s), CRASH_SEED={base}");
+    let ports = (chpart_testenv::free_port(), chpart_testenv::free_port());
+    let ch = ClickHouse::start_with(ServerOptions {
+        ports: Some(ports),
+        ..Default::default()
+    });
+    ch.q("CREATE DATABASE crash");
+    let dir = tempfile::tempdir().unwrap();
+    let config = local_config(dir.path(), &ch, "crash_ledger");
+    let inputs = (0..SPARK_PARTITIONS)
+        .map(|p| {
+            write_rows(
+                dir.path(),
+                &format!("rows-{p}.parquet"),
+                &rows_select(p * 1000, 1000),
+                "Parquet",
+            )
+        })
+        .collect();
+    let mut h = Harness {
+        ch,
+        dir,
+        config,
+        inputs,
+    };
+    let mut tally = Tally::default();
+    let started = Instant::now();
+    for i in 0..schedules {
+        let seed = base.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        tally.schedules += 1;
+        if let Err(e) = schedule(&mut h, i, seed, &mut tally) {
+            eprintln!("schedule {i} (seed {seed}) FAILED: {e}");
+            tally
+                .failures
+                .push(format!("schedule {i} seed {seed}: {e}"));
+        }
+        if (i + 1) % 25 == 0 {
+            eprintln!(
+                "crash harness: {} schedules in {:.0} s, {} failure(s)",
+                i + 1,
+                started.elapsed().as_secs_f64(),
+                tally.failures.len()
+            );
+        }
+    }
+    let report = serde_json::json!({
+        "schedules": tally.schedules,
+        "seed": base,
+        "seconds": started.elapsed().as_secs_f64().round(),
+        "builds_killed": tally.builds_killed,
+        "commits_killed": tally.commits_killed,
+        "commit_kills_by_last_step": tally.kills_by_step,
+        "racing_commits": tally.racing_commits,
+        "gc_between_commits": tally.gc_between,
+        "server_restarts": tally.server_restarts,
+        "failures": tally.failures,
+    });
+    eprintln!("crash harness: {report:#}");
+    if let Ok(path) = std::env::var("CRASH_REPORT") {
+        std::fs::write(path, format!("{report:#}\n")).unwrap();
+    }
+    assert!(tally.failures.is_empty(), "{:#?}", tally.failures);
+    assert!(
+        tally.commits_killed > 0 && tally.builds_killed > 0 || schedules < 10,
+        "the schedules killed nothing: the harness did not test recovery"
+    );
+}
