@@ -9,6 +9,8 @@ use chpart_core::Manifest;
 use chpart_testenv::clickhouse::{shared, ClickHouse, TestDb};
 use chpart_testenv::sshd::Sshd;
 
+pub use chpart_testenv::write_rows;
+
 use crate::cli::{chpart, local_config, text};
 
 pub const COLUMNS: &str = "ts DateTime('UTC'), id UInt64, name String, score Nullable(Float64)";
@@ -120,24 +122,6 @@ pub fn manifest_of(out: Output) -> Result<Manifest, Output> {
         Manifest::from_json(line)
             .unwrap_or_else(|e| panic!("manifest does not parse: {e}\n{line}")),
     )
-}
-
-/// Writes `select` (columns of `COLUMNS`) to a file in `format` with clickhouse-local.
-pub fn write_rows(dir: &Path, name: &str, select: &str, format: &str) -> PathBuf {
-    let path = dir.join(name);
-    let out = Command::new(chpart_testenv::clickhouse_local())
-        .args([
-            "--query",
-            &format!("{select} INTO OUTFILE '{}' FORMAT {format}", path.display()),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "clickhouse-local: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
 }
 
 /// `n` rows over two months, ids from `from`.

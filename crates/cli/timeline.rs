@@ -144,27 +144,13 @@ fn lane_row(out: &mut String, lane: &Lane, y: f64, x: &dyn Fn(u64) -> f64) {
     let mut drawn = false;
     for (from, to, fill) in segments {
         if from > 0 && to >= from {
-            let (a, b) = (x(from), x(to));
-            out.push_str(&format!(
-                "<rect x=\"{a:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{fill}\" \
-                 fill-opacity=\"{opacity}\"/>\n",
-                y + 4.0,
-                (b - a).max(1.5),
-                ROW - 8.0
-            ));
+            bar(out, x(from), x(to), y, fill, opacity);
             drawn = true;
         }
     }
     if !drawn && p.started > 0 && p.published >= p.started {
         // Known from start to end only (e.g. fenced): one bar in the fate's colour.
-        let (a, b) = (x(p.started), x(p.published));
-        out.push_str(&format!(
-            "<rect x=\"{a:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{colour}\" \
-             fill-opacity=\"{opacity}\"/>\n",
-            y + 4.0,
-            (b - a).max(1.5),
-            ROW - 8.0
-        ));
+        bar(out, x(p.started), x(p.published), y, colour, opacity);
     } else if !drawn && p.published > 0 {
         // Only the last change is known: a marker there.
         let mx = x(p.published);
@@ -175,6 +161,17 @@ fn lane_row(out: &mut String, lane: &Lane, y: f64, x: &dyn Fn(u64) -> f64) {
         ));
     }
     out.push_str("</g>\n");
+}
+
+/// A bar of a lane whose top is `y`, from `a` to `b` (at least 1.5 px wide).
+fn bar(out: &mut String, a: f64, b: f64, y: f64, fill: &str, opacity: f64) {
+    out.push_str(&format!(
+        "<rect x=\"{a:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{fill}\" \
+         fill-opacity=\"{opacity}\"/>\n",
+        y + 4.0,
+        (b - a).max(1.5),
+        ROW - 8.0
+    ));
 }
 
 fn legend(out: &mut String) {

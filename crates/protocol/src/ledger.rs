@@ -114,22 +114,8 @@ impl LoadSpec {
     }
 }
 
-/// One row of the ledger table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// The load.
-    pub load_id: String,
-    /// Idempotency key: the fact this entry records.
-    pub entry_id: String,
-    /// What kind of fact.
-    pub kind: String,
-    /// When it was written (ms since the Unix epoch, server clock).
-    pub written_at_ms: i64,
-    /// Who wrote it (`host:pid`), for operators.
-    pub writer: String,
-    /// JSON body.
-    pub body: String,
-}
+/// One row of the ledger table (load, entry id, kind, when and by whom it was written, body).
+pub use chpart_server::LedgerRow as Entry;
 
 /// Entry kinds this chpart writes and understands.
 pub mod kind {

@@ -4,9 +4,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use chpart_core::LoadId;
-use chpart_server::{
-    quote_ident, quote_str, ClickHouseServer, LedgerRow, ServerError, SharedServer,
-};
+use chpart_server::{quote_ident, quote_str, ClickHouseServer, ServerError, SharedServer};
 
 use crate::ledger::{
     kind, replay, Decision, DecisionBody, Entry, LedgerError, LoadView, DECISION_ENTRY,
@@ -23,17 +21,6 @@ pub struct Ledger {
     server: SharedServer,
     database: String,
     writer: String,
-}
-
-fn entry_of(r: LedgerRow) -> Entry {
-    Entry {
-        load_id: r.load_id,
-        entry_id: r.entry_id,
-        kind: r.kind,
-        written_at_ms: r.written_at_ms,
-        writer: r.writer,
-        body: r.body,
-    }
 }
 
 /// A failure reading or writing the ledger.
@@ -246,7 +233,7 @@ impl Ledger {
             .ledger_entries(&sql, &[("l", load.as_str())])
             .await
             .map_err(|e| self.err(e))?;
-        Ok(rows.into_iter().map(entry_of).collect())
+        Ok(rows)
     }
 
     /// The load's state by replay. A missing ledger table means no load was ever begun.
@@ -302,7 +289,7 @@ impl Ledger {
         let mut out: std::collections::BTreeMap<String, Vec<Entry>> =
             std::collections::BTreeMap::new();
         for r in rows {
-            out.entry(r.load_id.clone()).or_default().push(entry_of(r));
+            out.entry(r.load_id.clone()).or_default().push(r);
         }
         Ok(out)
     }

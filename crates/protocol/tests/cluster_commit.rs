@@ -359,26 +359,13 @@ fn a_fault_on_one_shard_never_loses_or_duplicates_rows() {
     }
 }
 
-/// `n` rows with ids from `from`, as Parquet, written by clickhouse-local.
+/// `n` rows with ids from `from`, as Parquet.
 fn write_rows(dir: &std::path::Path, name: &str, from: u64, n: u64) -> PathBuf {
-    let path = dir.join(name);
     let select = format!(
         "SELECT toDateTime('2026-01-20 00:00:00', 'UTC') + toIntervalDay(number % 20) AS ts, \
          {from} + number AS id, concat('name-', toString(number)) AS name FROM numbers({n})"
     );
-    let out = std::process::Command::new(chpart_testenv::clickhouse_local())
-        .args([
-            "--query",
-            &format!("{select} INTO OUTFILE '{}' FORMAT Parquet", path.display()),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
+    chpart_testenv::write_rows(dir, name, &select, "Parquet")
 }
 
 /// Files left under `root` (directories that are empty do not count).

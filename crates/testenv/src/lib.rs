@@ -55,6 +55,25 @@ pub fn clickhouse_local() -> PathBuf {
     deploy_script("clickhouse-local")
 }
 
+/// Writes the rows of `select` into `dir/name` in `format` (`Parquet`, `ArrowStream`, ...)
+/// with the [`clickhouse_local`] command; returns the path.
+pub fn write_rows(dir: &Path, name: &str, select: &str, format: &str) -> PathBuf {
+    let path = dir.join(name);
+    let out = std::process::Command::new(clickhouse_local())
+        .args([
+            "--query",
+            &format!("{select} INTO OUTFILE '{}' FORMAT {format}", path.display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "clickhouse-local: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
 /// Runs `query` with the [`clickhouse_local`] command in `work` over `input` on its stdin, read
 /// as table `input` of columns `structure` in `input_format`; returns stdout. Panics with the
 /// query and clickhouse-local's stderr when it fails.
