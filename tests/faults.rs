@@ -199,3 +199,49 @@ fn a_server_down_past_the_deadline_fails_cleanly_and_the_rerun_loads_once() {
     assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
     assert!(s.detached("events").is_empty());
 }
+
+/// A slow link both ways (every chunk 25 ms late, in both directions, to the server and to
+/// sshd): the load is slower, and exactly once. (This machine's kernel has no `tc netem`: the
+/// proxy adds the latency.)
+#[test]
+fn a_load_over_slow_links_finishes_exactly_once() {
+    let ch = shared();
+    let sshd = Sshd::start(&[]);
+    let http = FaultProxy::start(http_addr(ch));
+    let ssh = FaultProxy::start(([127, 0, 0, 1], sshd.port).into());
+    let s = Setup::new(ch, "faults_slow");
+    through_proxies(&s, &sshd, &http, &ssh, 30);
+    http.set_mode(Mode::Slow(Duration::from_millis(25)));
+    ssh.set_mode(Mode::Slow(Duration::from_millis(25)));
+    let begun = s.begin("fs-1", &[]);
+    assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
+    let input = write_rows(
+        s.dir.path(),
+        "rows.parquet",
+        &rows_select(0, 20_000),
+        "Parquet",
+    );
+    let built = s
+        .build_cmd("fs-1", "app-3.1", 0)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    let file = winners(s.dir.path(), &[&manifest_line(&built)]);
+    let out = s.run(&[
+        "commit",
+        "--load",
+        "fs-1",
+        "--winners",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(count(ch, &s.table), "20000\t20000\n");
+    assert!(
+        http.accepted() > 0 && ssh.accepted() > 0,
+        "both links were used"
+    );
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert!(s.detached("events").is_empty());
+}

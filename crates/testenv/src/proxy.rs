@@ -21,6 +21,9 @@ pub enum Mode {
     Refuse,
     /// Accept it and forward nothing, either way (a host that hangs).
     Stall,
+    /// Forward it, each chunk after this delay, either way (a slow or distant link: this
+    /// machine's kernel has no `netem`).
+    Slow(std::time::Duration),
 }
 
 struct State {
@@ -163,13 +166,17 @@ fn accept_loop(listener: TcpListener, state: Arc<State>) {
                 .push((client, None)),
             Mode::Pass => {
                 let state = state.clone();
-                std::thread::spawn(move || forward(client, state));
+                std::thread::spawn(move || forward(client, state, None));
+            }
+            Mode::Slow(delay) => {
+                let state = state.clone();
+                std::thread::spawn(move || forward(client, state, Some(delay)));
             }
         }
     }
 }
 
-fn forward(client: TcpStream, state: Arc<State>) {
+fn forward(client: TcpStream, state: Arc<State>, delay: Option<std::time::Duration>) {
     let Ok(upstream) = TcpStream::connect(state.target) else {
         return;
     };
@@ -189,19 +196,28 @@ fn forward(client: TcpStream, state: Arc<State>) {
         .unwrap_or_else(|p| p.into_inner())
         .push((c3, Some(u3)));
     let up_state = state.clone();
-    let up = std::thread::spawn(move || copy(client, upstream, Some(&up_state)));
-    copy(u2, c2, None);
+    let up = std::thread::spawn(move || copy(client, upstream, Some(&up_state), delay));
+    copy(u2, c2, None, delay);
     let _ = up.join();
 }
 
-/// Copies `from` into `to` until either ends; counts bytes when `state` is given.
-fn copy(mut from: TcpStream, mut to: TcpStream, state: Option<&State>) {
+/// Copies `from` into `to` until either ends, each chunk after `delay`; counts bytes when
+/// `state` is given.
+fn copy(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    state: Option<&State>,
+    delay: Option<std::time::Duration>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if let Some(delay) = delay {
+            std::thread::sleep(delay);
+        }
         if to.write_all(&buf[..n]).is_err() {
             break;
         }
