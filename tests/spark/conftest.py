@@ -60,6 +60,27 @@ def chpart_bin():
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def connector_jar():
+    """The JVM connector's jar (`format("chpart")`): $TEST_CHPART_JAR (deploy/test.sh builds it
+    first), else built now by deploy/spark/build-connector.sh, so no test runs a stale jar."""
+    path = os.environ.get("TEST_CHPART_JAR")
+    if path:
+        if not os.path.isfile(path):
+            _fail(f"TEST_CHPART_JAR={path} is not a file: run bash deploy/spark/build-connector.sh")
+        return path
+    if not shutil.which("javac"):
+        _fail("javac is needed to build the JVM connector: install openjdk-17-jdk-headless (bash deploy/install.sh)")
+    build = subprocess.run(["bash", str(ROOT / "deploy" / "spark" / "build-connector.sh")], capture_output=True,
+                           text=True, timeout=600)
+    if build.returncode != 0:
+        _fail(f"deploy/spark/build-connector.sh failed ({build.returncode}):\n{build.stdout}\n{build.stderr[-4000:]}")
+    path = build.stdout.strip().splitlines()[-1]
+    if not os.path.isfile(path):
+        _fail(f"deploy/spark/build-connector.sh printed {path!r}, which is not a file")
+    return path
+
+
 @pytest.fixture(scope="session", autouse=True)
 def environment():
     """Java 17, pyspark 4.3.0, chpart_spark (from deploy/spark) and the engine must be there."""

@@ -20,16 +20,18 @@ TABLE = "db.events"
 DRIVER_TIMEOUT = 240  # a scenario's whole driver; the markers it waits on time out after 90 s
 
 
-def run_scenario(tmp_path, scenario, config, chpart, load, rows, master=None, table=TABLE):
+def run_scenario(tmp_path, scenario, config, chpart, load, rows, master=None, table=TABLE, jar=None, partitions=4):
     """Runs failure_jobs/run_job.py for `scenario` in its own process group (killed as a whole
     if it overruns) and returns its JSON result; fails with the driver's output if the driver
-    did not finish its load."""
+    did not finish its load. `jar`: the JVM connector, for the connector scenarios."""
     out = tmp_path / f"{scenario}.json"
     argv = [sys.executable, os.path.join(HERE, "failure_jobs", "run_job.py"), "--scenario", scenario,
             "--config", config, "--chpart", chpart, "--table", table, "--load", load, "--rows", str(rows),
             "--work", str(tmp_path / scenario), "--out", str(out)]
     if master:
         argv += ["--master", master]
+    if jar:
+        argv += ["--jar", jar]
     log = tmp_path / f"{scenario}.log"
     started = time.monotonic()
     with open(log, "w") as f:
@@ -48,7 +50,7 @@ def run_scenario(tmp_path, scenario, config, chpart, load, rows, master=None, ta
                     f"its output:\n{log.read_text()[-6000:]}", pytrace=False)
     result["driver_seconds"] = round(time.monotonic() - started, 1)
     print(f"{scenario}: driver {result['driver_seconds']}s, steps {result.get('marks')}")
-    assert result["source_rows"] == rows and result["summary"]["spark_partitions"] == 4, result["summary"]
+    assert result["source_rows"] == rows and result["summary"]["spark_partitions"] == partitions, result["summary"]
     return result
 
 
