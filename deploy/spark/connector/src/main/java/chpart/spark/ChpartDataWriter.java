@@ -37,7 +37,6 @@ final class ChpartDataWriter implements DataWriter<InternalRow> {
 
   private final ChpartWriterFactory job;
   private final int partition;
-  private final long taskAttemptId;
   private final String attempt;
   private final String context;
   private final TaskContext task;
@@ -58,7 +57,6 @@ final class ChpartDataWriter implements DataWriter<InternalRow> {
   ChpartDataWriter(ChpartWriterFactory job, int partition, long taskAttemptId) {
     this.job = job;
     this.partition = partition;
-    this.taskAttemptId = taskAttemptId;
     // taskAttemptId is the only per-attempt number unique within an application attempt; the
     // prefix (application id, application attempt, the write's nonce) makes it unique across
     // application attempts and writes.
@@ -168,7 +166,7 @@ final class ChpartDataWriter implements DataWriter<InternalRow> {
   private void killBuild() {
     Process p = proc;
     if (p != null && p.isAlive()) {
-      LOG.warn("chpart build ({}): killing it before its input is complete", context);
+      LOG.warn("chpart build ({}): Spark killed the task, killing its build (pid {})", context, p.pid());
       p.destroyForcibly();
     }
   }

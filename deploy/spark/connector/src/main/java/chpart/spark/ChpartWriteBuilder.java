@@ -7,6 +7,8 @@ import org.apache.spark.sql.connector.write.SupportsOverwriteV2;
 import org.apache.spark.sql.connector.write.SupportsTruncate;
 import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.execution.arrow.ArrowWriter;
+import org.apache.spark.sql.types.StructType;
 
 /**
  * Builds the write for Spark's save mode. Spark turns {@code append} into a plain build() and
@@ -26,7 +28,17 @@ final class ChpartWriteBuilder implements WriteBuilder, SupportsTruncate, Suppor
 
   @Override
   public Write build() {
+    checkArrowTypes(info.schema());
     return new ChpartWrite(options, info.schema(), info.queryId(), "append");
+  }
+
+  /** A column type Spark cannot write as Arrow fails here, at planning, before chpart begin. */
+  static void checkArrowTypes(StructType schema) {
+    try {
+      ArrowWriter.create(schema, "UTC", true, false).root().close();
+    } catch (RuntimeException e) {
+      throw new IllegalArgumentException("chpart data source: the rows cannot be streamed as Arrow: " + e.getMessage(), e);
+    }
   }
 
   @Override
