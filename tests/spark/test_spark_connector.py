@@ -289,9 +289,9 @@ def test_stage_retry_with_zombies_through_the_connector(clickhouse, chpart_confi
     assert z0["launch_ms"] < denied0["launch_ms"] < denied0["finish_ms"] < z0["finish_ms"], why
     assert [t for t in tasks if t["stage"] == stage and t["partition"] == 0 and t["success"]] == [z0], why
     # ... and the retry of partition 1 (stage attempt 1) won it while zombie 1 still ran; zombie 1
-    # was denied after.
+    # asked only after that retry's build had published, and was denied.
     [won1] = [t for t in tasks if t["stage"] == stage and t["partition"] == 1 and t["success"]]
-    assert won1["stage_attempt"] == 1 and z1["launch_ms"] < won1["launch_ms"] < won1["finish_ms"] < z1["finish_ms"], why
+    assert won1["stage_attempt"] == 1 and z1["launch_ms"] < won1["launch_ms"] < z1["finish_ms"], why
     assert (z1["stage_attempt"], z1["partition"]) == (0, 1) and commit_denied(z1, 1), why
     winners = dict(r["summary"]["winners"])
     assert sorted(winners) == [0, 1, 2, 3, 4, 5], winners
@@ -302,6 +302,8 @@ def test_stage_retry_with_zombies_through_the_connector(clickhouse, chpart_confi
     # denied or killed, each build was killed before the end of its input (no end recorded, or
     # not exit 0), and chpart status lists none of them as completed.
     builds = probe.builds(r["calls"])
+    [won1_build] = [b for b in builds if b["attempt"] == attempt_of(r, won1["task_id"])]
+    assert won1_build["rc"] == 0 and won1_build["end"] < ctrl["zombie-1-asks.json"]["time"], (won1_build, ctrl)
     denied = [t for t in tasks if t["stage"] == stage and not t["success"] and t["reason"] != "FetchFailed"]
     assert {denied0["task_id"], z1["task_id"]} <= {t["task_id"] for t in denied}, why
     started = {b["attempt"]: b for b in builds}

@@ -182,8 +182,9 @@ def connector_zombie_stragglers(ctrl_dir, shuffle_root, calls_dir, timeout):
     - zombie 0 passes its rows on at once: it asks first, is allowed, and its build straggles in
       clickhouse-local (hold_local, `holding-0.json`) until the driver writes `release-0`;
     - the first retry of partition 0 (stage attempt 1, claims `retry-0.json`) passes its rows on
-      once zombie 0's build is held: it asks second and is denied (TaskCommitDenied); Spark
-      launches partition 0 again, and those attempts wait for zombie 0's build to end first;
+      once zombie 0's build is held: it asks second and is denied; Spark launches partition 0
+      again, and those attempts wait for zombie 0's task to have ended (`zombie-0-ended.json`,
+      written by the driver), then are denied or killed with the finished stage;
     - the retry of partition 1 passes its rows on at once and wins; zombie 1 passes its rows on
       only once that retry's build has published: it asks after the winner and is denied;
     - the other partitions' attempts read their input, then pass it on after the deletion (with
@@ -223,9 +224,11 @@ def connector_zombie_stragglers(ctrl_dir, shuffle_root, calls_dir, timeout):
             if claim(ctrl("retry-0.json"), _task_record(ctx)):
                 wait_for(lambda: os.path.exists(ctrl("holding-0.json")), timeout, "zombie 0 to hold its build")
             else:
-                zombie = f".{json.load(open(ctrl('zombie-0.json')))['task_attempt_id']}"
-                wait_for(lambda: any(attempt.endswith(zombie) for attempt, _, _ in _ended_builds(calls_dir)),
-                         timeout, "zombie 0's build to end")
+                # Spark launches partition 0 again at once after a denial; a denied commit is an
+                # ExceptionFailure that counts towards spark.task.maxFailures, so relaunches wait
+                # until zombie 0's task has ended (the driver writes `zombie-0-ended.json`) rather
+                # than be denied over and over while zombie 0 is reported.
+                wait_for(lambda: os.path.exists(ctrl("zombie-0-ended.json")), timeout, "zombie 0's task to end")
         elif p != 1:
             held = list(batches)
             wait_for(lambda: os.path.exists(ctrl("deleted.json")), timeout, "the shuffle files to be deleted")

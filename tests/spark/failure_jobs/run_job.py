@@ -342,7 +342,8 @@ def scenario_connector_zombie(args, spark, df, ctrl, result):
     Zombie 0 asks Spark's commit coordinator first and straggles in clickhouse-local; the first
     retry of partition 0 is then denied. The retry of partition 1 wins it; zombie 1 asks after
     and is denied. Once the status store has both denied attempts' ends, a driver thread
-    releases zombie 0, which publishes and wins partition 0 from the old stage attempt.
+    releases zombie 0, which publishes and wins partition 0 from the old stage attempt, and
+    once its task has ended, tells the attempts of partition 0 Spark launched meanwhile.
 
     Four cores: zombie 0, zombie 1 and a relaunch of partition 0 may all wait at once (Spark
     launches a failed task again first), and the retry of partition 1 needs a core of its own."""
@@ -370,6 +371,8 @@ def scenario_connector_zombie(args, spark, df, ctrl, result):
             wait_for(lambda: stop.is_set() or (ended(records["retry-0.json"], 1) and ended(records["zombie-1.json"], 0)),
                      WAIT, "the first retry of partition 0 and zombie 1 to be denied")
             faults.write_marker(os.path.join(ctrl, "release-0"), {"released": "after the denials", "time": time.time()})
+            wait_for(lambda: stop.is_set() or ended(records["zombie-0.json"], 0), WAIT, "zombie 0's task to end")
+            faults.write_marker(os.path.join(ctrl, "zombie-0-ended.json"), {"time": time.time()})
         except BaseException as e:  # reported (the test fails on it), never swallowed
             failures.append(f"{type(e).__name__}: {e}")
 
