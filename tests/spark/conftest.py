@@ -194,23 +194,30 @@ def chpart_config(tmp_path, clickhouse):
     return str(write_config(tmp_path / "chpart.toml", clickhouse, work))
 
 
+def spark_conf(event_dir):
+    """The settings of every test's Spark session (`spark_builder`, and the Java job's
+    `spark-submit --conf`)."""
+    return {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": "1g",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "4",
+        # A zone other than UTC: the loaded instants must not depend on it.
+        "spark.sql.session.timeZone": "America/New_York",
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.dir": f"file://{event_dir}",
+    }
+
+
 def spark_builder(master, event_dir, app_name):
     from pyspark.sql import SparkSession
 
-    return (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "4")
-        # A zone other than UTC: the loaded instants must not depend on it.
-        .config("spark.sql.session.timeZone", "America/New_York")
-        .config("spark.eventLog.enabled", "true")
-        .config("spark.eventLog.compress", "false")
-        .config("spark.eventLog.dir", f"file://{event_dir}")
-    )
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in spark_conf(event_dir).items():
+        builder = builder.config(key, value)
+    return builder
 
 
 @pytest.fixture

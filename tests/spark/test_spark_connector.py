@@ -21,16 +21,14 @@ and that `chpart gc` leaves nothing of the load.
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 
-import pytest
-
+from conftest import spark_conf
 from datasets import create_table_sql, write_events_parquet
 from failure_jobs import eventlog, probe
 from helpers import assert_exactly_once, assert_gc_leaves_nothing, assert_winners_and_losers, load_status
-from scenarios import TABLE, attempt_of, run_scenario, source_of
+from scenarios import TABLE, attempt_of, run_logged, run_scenario, source_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -146,10 +144,7 @@ def test_java_job_with_a_task_retry_after_publish_loads_exactly_once(clickhouse,
     events_dir.mkdir()
     local_dir = tmp_path / "spark-local"
     local_dir.mkdir()
-    conf = {"spark.ui.enabled": "false", "spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "4",
-            "spark.sql.session.timeZone": "America/New_York", "spark.eventLog.enabled": "true",
-            "spark.eventLog.compress": "false", "spark.eventLog.dir": f"file://{events_dir}",
-            "spark.local.dir": str(local_dir)}
+    conf = {**spark_conf(events_dir), "spark.local.dir": str(local_dir)}
     argv = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", "local[2,4]",
             "--jars", connector_jar, "--class", "LoadEvents"]
     for key, value in conf.items():
@@ -160,17 +155,10 @@ def test_java_job_with_a_task_retry_after_publish_loads_exactly_once(clickhouse,
         argv += ["--option", f"env.{key}={value}"]
 
     log = tmp_path / "java-job.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            proc.wait(JOB_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            pytest.fail(f"the Java job ran over {JOB_TIMEOUT}s:\n{log.read_text()[-6000:]}", pytrace=False)
+    returncode = run_logged(argv, log, JOB_TIMEOUT, "the Java job")
     output = log.read_text()
-    assert proc.returncode == 0 and f"LoadEvents: load {load} committed into {TABLE}" in output, \
-        f"the Java job failed (exit {proc.returncode}):\n{output[-6000:]}"
+    assert returncode == 0 and f"LoadEvents: load {load} committed into {TABLE}" in output, \
+        f"the Java job failed (exit {returncode}):\n{output[-6000:]}"
 
     [app] = eventlog.applications(str(events_dir))
     entry = load_status(chpart_config, chpart_bin, load)
