@@ -27,7 +27,8 @@ import sys
 from conftest import spark_conf
 from datasets import create_table_sql, write_events_parquet
 from failure_jobs import eventlog, probe
-from helpers import assert_exactly_once, assert_gc_leaves_nothing, assert_winners_and_losers, load_status
+from helpers import (assert_exactly_once, assert_gc_leaves_nothing, assert_winners_and_losers,
+                     check_connector_metrics, commit_denied, committed_winners, load_status)
 from scenarios import TABLE, attempt_of, run_logged, run_scenario, source_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,36 +62,6 @@ def compile_example(tmp_path):
     return str(job)
 
 
-def committed_winners(driver_log, load):
-    """The winners the connector logged on the driver when it committed `load`."""
-    pattern = re.compile(rf"chpart load {re.escape(load)} committed into \S+: (\d+) rows .* winners (\[.*\]); commit")
-    found = [m for m in map(pattern.search, driver_log.splitlines()) if m]
-    assert len(found) == 1, f"the driver log must name the committed load once:\n{driver_log[-4000:]}"
-    return json.loads(found[0].group(2))
-
-
-def commit_denied(task, partition):
-    """Whether Spark's commit coordinator denied this task attempt. Spark 4.3's DSv2 writer
-    reports a denial as an ExceptionFailure ("Commit denied for partition ..."), not as
-    TaskCommitDenied like the Hadoop writers: it counts towards spark.task.maxFailures."""
-    return task["reason"] == "ExceptionFailure" and task["message"].startswith(f"Commit denied for partition {partition} ")
-
-
-def check_metrics(r, rows, entry):
-    """The write node's DSv2 metrics in the event log: per task the rows streamed (successful
-    attempts: each row once), after the commit the winners' rows, parts, bytes and times."""
-    metrics = eventlog.custom_metrics(r["event_dir"], r["application_id"], "chpart.spark.")
-    value = lambda name: metrics[name]["driver"]  # noqa: E731
-    assert metrics["rows streamed to chpart build (every task attempt)"]["tasks"] == rows, metrics
-    assert metrics["Arrow bytes streamed to chpart build (every task attempt)"]["tasks"] > rows, metrics
-    assert value("rows loaded (winning attempts' parts)") == rows, metrics
-    assert value("parts loaded (winning attempts)") == entry["parts_planned"], (metrics, entry)
-    assert value("bytes on disk loaded (winning attempts' parts)") > 0, metrics
-    for timing in ("build", "upload", "publish"):
-        assert value(f"chpart {timing} time, winning attempts (total)") > 0, metrics
-    assert value("chpart commit time") > 0, metrics
-
-
 def check_retry_after_publish(clickhouse, config, chpart, load, r, source, driver_log):
     """The first attempt of partition 1 published and then failed; its retry won; exactly the
     source rows are loaded; gc removes the loser's parts."""
@@ -121,7 +92,7 @@ def check_retry_after_publish(clickhouse, config, chpart, load, r, source, drive
     assert_winners_and_losers(entry, winners, losers=[loser["attempt"]])
     waiting = {x["name"] for x in clickhouse.rows("SELECT name FROM system.detached_parts WHERE database = 'db'")}
     assert loser["parts"] and set(loser["parts"]) <= waiting, (loser, waiting)
-    check_metrics(r, source.rows, entry)
+    check_connector_metrics(r, source.rows, entry)
     assert_gc_leaves_nothing(clickhouse, config, chpart, load)
     assert_exactly_once(clickhouse, TABLE, source)
 
@@ -309,6 +280,6 @@ def test_stage_retry_with_zombies_through_the_connector(clickhouse, chpart_confi
 
     source = source_of(r)
     assert_exactly_once(clickhouse, TABLE, source)
-    check_metrics(r, source.rows, entry)
+    check_connector_metrics(r, source.rows, entry)
     assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
     assert_exactly_once(clickhouse, TABLE, source)

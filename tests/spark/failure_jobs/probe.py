@@ -163,12 +163,15 @@ def _fail_after_publish(marker, base, out):
         return False
     lines = [line for line in out.decode().splitlines() if line.strip()]
     manifest = json.loads(lines[-1])
+    # An attempt manifest, or a Distributed table's cluster manifest (every shard's).
+    shards = [s["manifest"] for s in manifest["shards"]] if "shards" in manifest else [manifest]
+    parts = [p["name"] for m in shards for p in m["parts"]]
     with os.fdopen(fd, "w") as f:
         json.dump({"attempt": base["attempt"], "partition": int(base["partition"]),
                    "task_attempt_id": int(base["attempt"].rsplit(".", 1)[1]),
-                   "parts": [p["name"] for p in manifest["parts"]], "pid": os.getpid(), "time": time.time()}, f)
+                   "parts": parts, "pid": os.getpid(), "time": time.time()}, f)
     print(f"chpart-probe: injected failure: attempt {base['attempt']} of partition {base['partition']} "
-          f"published {len(manifest['parts'])} part(s), then fails (TESTPROBE_FAIL_AFTER_PUBLISH)", file=sys.stderr)
+          f"published {len(parts)} part(s), then fails (TESTPROBE_FAIL_AFTER_PUBLISH)", file=sys.stderr)
     return True
 
 
