@@ -21,8 +21,11 @@ and that `chpart gc` leaves nothing of the load.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from conftest import spark_conf
 from datasets import create_table_sql, write_events_parquet
@@ -51,6 +54,10 @@ def pyspark_jars():
 
 def compile_example(tmp_path):
     """deploy/spark/examples/LoadEvents.java compiled against pyspark's jars into a job jar."""
+    for tool in ("javac", "jar"):
+        if not shutil.which(tool):
+            pytest.fail(f"{tool} is needed to build the Java job: install openjdk-17-jdk-headless "
+                        "(bash deploy/install.sh)", pytrace=False)
     classes = tmp_path / "example-classes"
     classes.mkdir()
     javac = subprocess.run(["javac", "--release", "17", "-Xlint:all,-path,-classfile", "-Werror", "-cp",
