@@ -7,8 +7,10 @@
 #     `chpart-test` (an unrelated user for permission tests)
 #   - .venv/ (git-ignored) with chdb-core==26.9.0: the ClickHouse 26.9 engine, used as
 #     clickhouse-local (deploy/clickhouse-local) and as a server (deploy/clickhouse-server)
-#   - in the same .venv: pyspark==4.3.0 (needs Java 17: openjdk-17-jre-headless) and pytest for
-#     the Spark package and its end-to-end tests, and chpart_spark itself (deploy/spark, editable)
+#   - in the same .venv: pyspark==4.3.0 (needs Java 17) and pytest for the Spark package and its
+#     end-to-end tests, and chpart_spark itself (deploy/spark, editable)
+#   - the JDK 17 (openjdk-17-jdk-headless: java for Spark, javac and jar for the JVM connector,
+#     deploy/spark/build-connector.sh, which compiles against the jars pyspark ships)
 #   - in the same .venv: moto[server]==5.2.5, a local S3 endpoint the tests use as an `s3` disk
 #     (crates/testenv/src/moto.rs)
 set -euo pipefail
@@ -25,7 +27,9 @@ need_pkgs=()
 dpkg -s libssl-dev >/dev/null 2>&1 || need_pkgs+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
-java -version 2>&1 | grep -q 'version "17' || need_pkgs+=(openjdk-17-jre-headless)
+if ! java -version 2>&1 | grep -q 'version "17' || ! javac -version 2>&1 | grep -q '^javac 17'; then
+  need_pkgs+=(openjdk-17-jdk-headless)
+fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   say "apt-get install ${need_pkgs[*]}"
   apt-get update -qq
@@ -71,7 +75,7 @@ if ! "$venv/bin/python" -c "import chpart_spark, os, sys; sys.exit(os.path.realp
   "$venv/bin/pip" install -q --disable-pip-version-check -e "$root/deploy/spark"
 fi
 say "ClickHouse engine: $("$root/deploy/clickhouse-local" --version)"
-say "Spark: pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)') on $(java -version 2>&1 | head -n1)"
+say "Spark: pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)') on $(java -version 2>&1 | head -n1); $(javac -version 2>&1)"
 say "S3 endpoint: moto $("$venv/bin/python" -c 'import moto; print(moto.__version__)')"
 say "sshd: $(/usr/sbin/sshd -V 2>&1 | head -n1 || true)"
 say "done"

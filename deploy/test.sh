@@ -22,7 +22,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 step "cargo test (unit, protocol and real-component tiers)"
 cargo test --workspace --locked
 
+step "JVM connector (deploy/spark/build-connector.sh: javac against pyspark's jars)"
+connector_jar="$(bash deploy/spark/build-connector.sh)"
+
 step "Spark end-to-end tests (tests/spark: pyspark 4.3.0 + Java 17 against the real engine)"
 # The chpart binary the tests run (debug; `cargo test` above has built nearly all of it).
 cargo build --locked --bin chpart
-TEST_CHPART_BIN="$root/target/debug/chpart" .venv/bin/python -m pytest tests/spark -q
+TEST_CHPART_BIN="$root/target/debug/chpart" TEST_CHPART_JAR="$connector_jar" .venv/bin/python -m pytest tests/spark -q

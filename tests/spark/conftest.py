@@ -60,6 +60,27 @@ def chpart_bin():
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def connector_jar():
+    """The JVM connector's jar (`format("chpart")`): $TEST_CHPART_JAR (deploy/test.sh builds it
+    first), else built now by deploy/spark/build-connector.sh, so no test runs a stale jar."""
+    path = os.environ.get("TEST_CHPART_JAR")
+    if path:
+        if not os.path.isfile(path):
+            _fail(f"TEST_CHPART_JAR={path} is not a file: run bash deploy/spark/build-connector.sh")
+        return path
+    if not shutil.which("javac"):
+        _fail("javac is needed to build the JVM connector: install openjdk-17-jdk-headless (bash deploy/install.sh)")
+    build = subprocess.run(["bash", str(ROOT / "deploy" / "spark" / "build-connector.sh")], capture_output=True,
+                           text=True, timeout=600)
+    if build.returncode != 0:
+        _fail(f"deploy/spark/build-connector.sh failed ({build.returncode}):\n{build.stdout}\n{build.stderr[-4000:]}")
+    path = build.stdout.strip().splitlines()[-1]
+    if not os.path.isfile(path):
+        _fail(f"deploy/spark/build-connector.sh printed {path!r}, which is not a file")
+    return path
+
+
 @pytest.fixture(scope="session", autouse=True)
 def environment():
     """Java 17, pyspark 4.3.0, chpart_spark (from deploy/spark) and the engine must be there."""
@@ -173,23 +194,30 @@ def chpart_config(tmp_path, clickhouse):
     return str(write_config(tmp_path / "chpart.toml", clickhouse, work))
 
 
+def spark_conf(event_dir):
+    """The settings of every test's Spark session (`spark_builder`, and the Java job's
+    `spark-submit --conf`)."""
+    return {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": "1g",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "4",
+        # A zone other than UTC: the loaded instants must not depend on it.
+        "spark.sql.session.timeZone": "America/New_York",
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.dir": f"file://{event_dir}",
+    }
+
+
 def spark_builder(master, event_dir, app_name):
     from pyspark.sql import SparkSession
 
-    return (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "4")
-        # A zone other than UTC: the loaded instants must not depend on it.
-        .config("spark.sql.session.timeZone", "America/New_York")
-        .config("spark.eventLog.enabled", "true")
-        .config("spark.eventLog.compress", "false")
-        .config("spark.eventLog.dir", f"file://{event_dir}")
-    )
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in spark_conf(event_dir).items():
+        builder = builder.config(key, value)
+    return builder
 
 
 @pytest.fixture

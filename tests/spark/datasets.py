@@ -48,3 +48,41 @@ def spark_day_condition(day):
     time zone)."""
     start = BASE_US + day * DAY_US
     return f"unix_micros(ts) >= {start} AND unix_micros(ts) < {start + DAY_US}"
+
+
+def events_arrow(rows, days=3, first_id=0):
+    """The same kind of events as `events()` (same columns, types and value formulas), made by
+    pyarrow without Spark: the input of jobs that read Parquet (the Java job)."""
+    import numpy as np
+    import pyarrow as pa
+
+    ids = np.arange(first_id, first_id + rows, dtype=np.int64)
+    rel = ids - first_id
+    step_us = days * DAY_US // max(rows, 1)
+    ts = BASE_US + rel * step_us + rel % 1000
+    kinds = np.array(["view", "click", "cart", "buy"], dtype=object)
+    amount = (ids % 10007) / 100.0 + 0.005
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+        "user": pa.array([f"user-{u}" for u in (ids * 7919) % 5003], pa.string()),
+        "kind": pa.array(kinds[ids % 4], pa.string()),
+        "amount": pa.array(amount, pa.float64(), mask=(ids % 7 == 0)),
+        "flag": pa.array(ids % 3 == 0, pa.bool_()),
+    })
+
+
+def write_events_parquet(directory, rows, files=2):
+    """`events_arrow(rows)` as `files` Parquet files in `directory`; returns the rows' checksum."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from chpart_spark import batches_checksum
+
+    table = events_arrow(rows)
+    os.makedirs(directory, exist_ok=True)
+    per_file = -(-rows // files)
+    for i in range(files):
+        pq.write_table(table.slice(i * per_file, per_file), os.path.join(directory, f"part-{i}.parquet"))
+    return batches_checksum(table.to_batches())

@@ -2,10 +2,12 @@
 
 import json
 import os
+import re
 
 import chpart_spark
 from chpart_spark.testing import task_attempts
 from datasets import COLUMNS
+from failure_jobs import eventlog
 
 
 def table_checksum(clickhouse, table, where=""):
@@ -68,3 +70,33 @@ def failed_attempts(event_dir, app_id):
 def read_marker(path):
     with open(path) as f:
         return json.load(f)
+
+
+def committed_winners(driver_log, load):
+    """The winners the connector logged on the driver when it committed `load`."""
+    pattern = re.compile(rf"chpart load {re.escape(load)} committed into \S+: (\d+) rows .* winners (\[.*\]); commit")
+    found = [m for m in map(pattern.search, driver_log.splitlines()) if m]
+    assert len(found) == 1, f"the driver log must name the committed load once:\n{driver_log[-4000:]}"
+    return json.loads(found[0].group(2))
+
+
+def commit_denied(task, partition):
+    """Whether Spark's commit coordinator denied this task attempt. Spark 4.3's DSv2 writer
+    reports a denial as an ExceptionFailure ("Commit denied for partition ..."), not as
+    TaskCommitDenied like the Hadoop writers: it counts towards spark.task.maxFailures."""
+    return task["reason"] == "ExceptionFailure" and task["message"].startswith(f"Commit denied for partition {partition} ")
+
+
+def check_connector_metrics(r, rows, entry):
+    """The write node's DSv2 metrics in the event log: per task the rows streamed (successful
+    attempts: each row once), after the commit the winners' rows, parts, bytes and times."""
+    metrics = eventlog.custom_metrics(r["event_dir"], r["application_id"], "chpart.spark.")
+    value = lambda name: metrics[name]["driver"]  # noqa: E731
+    assert metrics["rows streamed to chpart build (every task attempt)"]["tasks"] == rows, metrics
+    assert metrics["Arrow bytes streamed to chpart build (every task attempt)"]["tasks"] > rows, metrics
+    assert value("rows loaded (winning attempts' parts)") == rows, metrics
+    assert value("parts loaded (winning attempts)") == entry["parts_planned"], (metrics, entry)
+    assert value("bytes on disk loaded (winning attempts' parts)") > 0, metrics
+    for timing in ("build", "upload", "publish"):
+        assert value(f"chpart {timing} time, winning attempts (total)") > 0, metrics
+    assert value("chpart commit time") > 0, metrics

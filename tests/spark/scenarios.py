@@ -20,35 +20,43 @@ TABLE = "db.events"
 DRIVER_TIMEOUT = 240  # a scenario's whole driver; the markers it waits on time out after 90 s
 
 
-def run_scenario(tmp_path, scenario, config, chpart, load, rows, master=None, table=TABLE):
+def run_logged(argv, log, timeout, what):
+    """Runs `argv` in its own process group, its stdout and stderr into the file `log`; returns
+    its exit code. If it runs over `timeout` seconds the whole group is killed and the test fails
+    with the end of its output."""
+    with open(log, "w") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"{what} ran over {timeout}s; its output:\n{log.read_text()[-6000:]}", pytrace=False)
+
+
+def run_scenario(tmp_path, scenario, config, chpart, load, rows, master=None, table=TABLE, jar=None, partitions=4):
     """Runs failure_jobs/run_job.py for `scenario` in its own process group (killed as a whole
     if it overruns) and returns its JSON result; fails with the driver's output if the driver
-    did not finish its load."""
+    did not finish its load. `jar`: the JVM connector, for the connector scenarios."""
     out = tmp_path / f"{scenario}.json"
     argv = [sys.executable, os.path.join(HERE, "failure_jobs", "run_job.py"), "--scenario", scenario,
             "--config", config, "--chpart", chpart, "--table", table, "--load", load, "--rows", str(rows),
             "--work", str(tmp_path / scenario), "--out", str(out)]
     if master:
         argv += ["--master", master]
+    if jar:
+        argv += ["--jar", jar]
     log = tmp_path / f"{scenario}.log"
     started = time.monotonic()
-    with open(log, "w") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            proc.wait(DRIVER_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            pytest.fail(f"the {scenario} driver ran over {DRIVER_TIMEOUT}s; its output:\n{log.read_text()[-6000:]}",
-                        pytrace=False)
+    returncode = run_logged(argv, log, DRIVER_TIMEOUT, f"the {scenario} driver")
     result = json.loads(out.read_text()) if out.exists() else {}
-    if proc.returncode != 0 or "summary" not in result:
+    if returncode != 0 or "summary" not in result:
         detail = result.get("traceback") or result.get("message") or ""
-        pytest.fail(f"the {scenario} driver failed (exit {proc.returncode}): {detail}\n"
+        pytest.fail(f"the {scenario} driver failed (exit {returncode}): {detail}\n"
                     f"its output:\n{log.read_text()[-6000:]}", pytrace=False)
     result["driver_seconds"] = round(time.monotonic() - started, 1)
     print(f"{scenario}: driver {result['driver_seconds']}s, steps {result.get('marks')}")
-    assert result["source_rows"] == rows and result["summary"]["spark_partitions"] == 4, result["summary"]
+    assert result["source_rows"] == rows and result["summary"]["spark_partitions"] == partitions, result["summary"]
     return result
 
 

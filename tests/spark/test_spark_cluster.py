@@ -17,7 +17,9 @@ import chpart_spark
 from conftest import ROOT
 from datasets import events
 from cluster_fixture import LOCAL_TABLE, TABLE, TWIN_LOCAL_TABLE, TWIN_TABLE, three_shard_cluster  # noqa: F401
-from helpers import assert_exactly_once, assert_winners_and_losers, load_status
+from failure_jobs import eventlog
+from helpers import (assert_exactly_once, assert_winners_and_losers, check_connector_metrics, committed_winners,
+                     load_status)
 from scenarios import check_zombie_run, run_scenario, source_of
 
 
@@ -185,4 +187,51 @@ def test_rerun_after_a_shard_was_down_at_commit_resumes_the_recorded_plan(three_
     assert_exactly_once(cluster.entry, TABLE, source)
     assert_rows_where_clickhouse_routes_them(cluster, plan, source.rows)
     assert_cluster_gc_leaves_nothing(cluster, chpart_bin, load)
+    assert_exactly_once(cluster.entry, TABLE, source)
+
+
+def test_connector_task_retry_into_a_distributed_table(three_shard_cluster, chpart_bin, connector_jar, tmp_path):
+    """The JVM connector, df.write.format("chpart") from PySpark, into `db.events` Distributed
+    over three shards: every task's build prints the cluster manifest, which the connector
+    hands to `chpart commit` unchanged. The first attempt of partition 1 fails after it
+    published on every shard (a loser on every shard, removed by gc) and its retry wins. Every
+    shard holds exactly the rows ClickHouse routes to it. A second load whose rows every build
+    refuses fails with chpart's message and is aborted on every shard."""
+    cluster = three_shard_cluster
+    plan = cluster.plan(chpart_bin)
+    load = "connector-cluster-load"
+    r = run_scenario(tmp_path, "connector-retry", cluster.config, chpart_bin, load, rows=40_000, table=TABLE,
+                     jar=connector_jar)
+    loser = r["ctrl"]["fail-after-publish.json"]["attempt"]
+    tasks = eventlog.tasks(r["event_dir"], r["application_id"])
+    [write_stage] = {t["stage"] for t in tasks if t["task_id"] == r["ctrl"]["fail-after-publish.json"]["task_attempt_id"]}
+    failed = [t for t in tasks if t["stage"] == write_stage and not t["success"]]
+    assert [(t["partition"], t["attempt"]) for t in failed] == [(1, 0)], eventlog.describe(tasks)
+    assert "exited with code 3 (retryable failure)" in failed[0]["message"], failed[0]
+
+    # The connector's winners are the cluster load's, and the retry won partition 1.
+    winners = committed_winners((tmp_path / "connector-retry.log").read_text(), load)
+    entry = load_status(cluster.config, chpart_bin, load)
+    assert entry["state"] == "committed" and sorted(map(tuple, entry["winners"])) == sorted(map(tuple, winners)), entry
+    assert sorted(dict(winners)) == [0, 1, 2, 3] and loser not in dict(winners).values(), (winners, loser)
+
+    source = source_of(r)
+    assert_exactly_once(cluster.entry, TABLE, source)
+    per_shard = assert_rows_where_clickhouse_routes_them(cluster, plan, source.rows)
+    # Per shard: the sub-load has the same winners and the failed attempt as a completed loser,
+    # whose parts wait in detached/ until gc.
+    for node in cluster.nodes:
+        n = node.shard_num
+        sub = load_status(cluster.config, chpart_bin, cluster.sub_load(load, n))
+        assert_winners_and_losers(sub, winners, losers=[loser])
+        assert sub["rows"] == per_shard[n], sub
+        names = [p["name"] for p in cluster.staged_manifest(load, n, loser)["parts"]]
+        assert names and set(names) <= set(cluster.detached(n)), (n, names, cluster.detached(n))
+    check_connector_metrics(r, source.rows, entry)
+
+    bad = r["permanent"]
+    assert bad["error"] and "exited with code 4 (permanent failure)" in bad["error"], bad["error"]
+    assert bad["state"] == "aborted" and bad["table_rows"] == source.rows, bad
+    assert_cluster_gc_leaves_nothing(cluster, chpart_bin, load)
+    assert_cluster_gc_leaves_nothing(cluster, chpart_bin, f"{load}-bad")
     assert_exactly_once(cluster.entry, TABLE, source)

@@ -97,3 +97,41 @@ def describe(rows):
         f"  tid={t['task_id']} stage={t['stage']}.{t['stage_attempt']} p={t['partition']} "
         f"att={t['attempt']} exec={t['executor']}@{t['host']} spec={t['speculative']} "
         f"{t['reason']} {t['kill_reason'] or ''} {t['message'][:160]!r}" for t in rows)
+
+
+def applications(event_dir):
+    """The application ids with an event log under `event_dir`."""
+    names = [os.path.basename(p) for p in glob.glob(os.path.join(event_dir, "**", "*"), recursive=True)
+             if os.path.isfile(p)]
+    return sorted({n.split("_", 2)[2] if n.startswith("events_") else n.split(".")[0]
+                   for n in names if n.startswith(("events_", "local-", "app-"))})
+
+
+def custom_metrics(event_dir, app_id, class_prefix):
+    """The SQL plan's DSv2 custom metrics whose class name starts with `class_prefix` (e.g.
+    "chpart.spark."), as {metric description: {"driver": the value the driver posted (None if it
+    posted none), "tasks": the sum of successful tasks' updates}}."""
+    by_id = {}
+
+    def walk(info):
+        for m in info.get("metrics", []):
+            if m.get("metricType", "").startswith("v2Custom_" + class_prefix):
+                by_id[m["accumulatorId"]] = m["name"]
+        for child in info.get("children", []):
+            walk(child)
+
+    evs = events(event_dir, app_id)
+    for e in evs:
+        if e.get("Event", "").endswith(("SparkListenerSQLExecutionStart", "SparkListenerSQLAdaptiveExecutionUpdate")):
+            walk(e["sparkPlanInfo"])
+    out = {name: {"driver": None, "tasks": 0} for name in by_id.values()}
+    for e in evs:
+        if e.get("Event", "").endswith("SparkListenerDriverAccumUpdates"):
+            for acc_id, value in e["accumUpdates"]:
+                if acc_id in by_id:
+                    out[by_id[acc_id]]["driver"] = value
+        elif e.get("Event") == "SparkListenerTaskEnd" and e.get("Task End Reason", {}).get("Reason") == "Success":
+            for acc in e.get("Task Info", {}).get("Accumulables", []):
+                if acc.get("ID") in by_id:
+                    out[by_id[acc["ID"]]]["tasks"] += int(acc["Update"])
+    return out

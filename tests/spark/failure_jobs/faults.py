@@ -149,3 +149,91 @@ def straggle_until_speculated(partition, ctrl_dir, timeout):
         write_marker(os.path.join(ctrl_dir, "copy.json"), record)
 
     return hook
+
+
+# --- 4. stage retry with zombies, through the JVM connector ---------------------------------
+
+def _ended_builds(calls_dir):
+    """(attempt, partition, rc) of every `chpart build` the probe saw end (probe.py's records,
+    read here because executors cannot import the probe)."""
+    out = []
+    for path in glob.glob(os.path.join(calls_dir, "*-end.json")):
+        try:
+            with open(path) as f:
+                r = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if r.get("command") == "build":
+            out.append((r.get("attempt") or "", r.get("partition"), r.get("rc")))
+    return out
+
+
+def connector_zombie_stragglers(ctrl_dir, shuffle_root, calls_dir, timeout):
+    """A `mapInArrow` function for the stage that writes through the JVM connector (after a
+    shuffle), in the same stage as the DataWriters it feeds. The connector's DataWriter ends its
+    build's input, and so lets it publish, only in commit(), which Spark runs after its commit
+    coordinator allowed the attempt to commit (the first attempt of a partition to ask wins, in
+    any stage attempt). So the zombies here race the retries for that permission:
+
+    - the first attempts of partitions 0 and 1 (stage attempt 0) claim `zombie-<p>.json` and
+      read all of their shuffle input; then zombie 0 deletes every `shuffle_*` file under
+      `shuffle_root` (`deleted.json`), so tasks that start later FetchFail and the stage is
+      retried while both zombies run;
+    - zombie 0 passes its rows on at once: it asks first, is allowed, and its build straggles in
+      clickhouse-local (hold_local, `holding-0.json`) until the driver writes `release-0`;
+    - the first retry of partition 0 (stage attempt 1, claims `retry-0.json`) passes its rows on
+      once zombie 0's build is held: it asks second and is denied; Spark launches partition 0
+      again, and those attempts wait for zombie 0's task to have ended (`zombie-0-ended.json`,
+      written by the driver), then are denied or killed with the finished stage;
+    - the retry of partition 1 passes its rows on at once and wins; zombie 1 passes its rows on
+      only once that retry's build has published: it asks after the winner and is denied;
+    - the other partitions' attempts read their input, then pass it on after the deletion (with
+      six partitions on four cores, the first attempts of partitions 4 and 5 start only after
+      it and FetchFail).
+
+    Zombie 0 thus wins partition 0 from the old stage attempt, and zombie 1 wants to publish
+    after its partition was won: neither heuristic nor timing decides, Spark's coordinator does.
+    Every wait is bounded by `timeout` (the scenario did not happen: the task fails loudly)."""
+
+    def fn(batches):
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        p = ctx.partitionId()
+        ctrl = lambda name: os.path.join(ctrl_dir, name)  # noqa: E731
+        if p in (0, 1) and claim(ctrl(f"zombie-{p}.json"), _task_record(ctx)):
+            held = list(batches)  # all of its shuffle input, before anything is deleted
+            write_marker(ctrl(f"read-{p}"), _task_record(ctx, rows=sum(b.num_rows for b in held)))
+            wait_for(lambda: all(os.path.exists(ctrl(f"read-{q}")) for q in (0, 1)), timeout,
+                     "both zombies to read their input")
+            if p == 0:
+                files = [f for f in glob.glob(os.path.join(shuffle_root, "**", "shuffle_*"), recursive=True)
+                         if os.path.isfile(f)]
+                for f in files:
+                    os.unlink(f)
+                write_marker(ctrl("deleted.json"), {"files": files, "time": time.time()})
+            else:
+                own = f".{ctx.taskAttemptId()}"
+                wait_for(lambda: any(part == "1" and rc == 0 and not attempt.endswith(own)
+                                     for attempt, part, rc in _ended_builds(calls_dir)),
+                         timeout, "the retry of partition 1 to publish")
+                write_marker(ctrl("zombie-1-asks.json"), _task_record(ctx))
+            yield from held
+            return
+        if p == 0:
+            if claim(ctrl("retry-0.json"), _task_record(ctx)):
+                wait_for(lambda: os.path.exists(ctrl("holding-0.json")), timeout, "zombie 0 to hold its build")
+            else:
+                # Spark launches partition 0 again at once after a denial; a denied commit is an
+                # ExceptionFailure that counts towards spark.task.maxFailures, so relaunches wait
+                # until zombie 0's task has ended (the driver writes `zombie-0-ended.json`) rather
+                # than be denied over and over while zombie 0 is reported.
+                wait_for(lambda: os.path.exists(ctrl("zombie-0-ended.json")), timeout, "zombie 0's task to end")
+        elif p != 1:
+            held = list(batches)
+            wait_for(lambda: os.path.exists(ctrl("deleted.json")), timeout, "the shuffle files to be deleted")
+            yield from held
+            return
+        yield from batches
+
+    return fn

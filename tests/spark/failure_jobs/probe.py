@@ -18,6 +18,14 @@ test puts a zombie's publish after `collect()` returned and before the commit, w
 ``{"release": path, "claim": path, "timeout": seconds}`` creates the file `release`, reads the
 zombie's claim file `claim` (JSON with `task_attempt_id`) and waits until the build of that
 task attempt has ended. A timeout makes the commit fail with exit 2 (loudly).
+
+`TESTPROBE_FAIL_AFTER_PUBLISH` (JSON ``{"partition": P, "marker": path}``) makes the first
+build of Spark partition P that publishes fail *after* it published: the real build exits 0,
+then the probe claims `marker` (O_EXCL, so once per marker whatever Spark retries), writes the
+attempt, task attempt id and published parts into it, prints the injected failure on stderr and
+exits 3 (retryable) without passing the manifest on. For runners whose task cannot fail after
+its build on its own (the JVM connector: the build runs inside the DataWriter's commit), this is
+"an attempt that fails after publishing".
 """
 
 import ctypes
@@ -33,6 +41,7 @@ ENV_REAL = "TESTPROBE_REAL"
 ENV_DIR = "TESTPROBE_DIR"
 ENV_BEFORE_COMMIT = "TESTPROBE_BEFORE_COMMIT"
 ENV_ATTEMPT = "TESTPROBE_ATTEMPT"
+ENV_FAIL_AFTER_PUBLISH = "TESTPROBE_FAIL_AFTER_PUBLISH"
 PR_SET_PDEATHSIG = 1
 
 
@@ -146,6 +155,26 @@ def _before_commit(calls_dir, action):
     return _wait_for(ended, timeout, f"the build of task attempt {tid} to end")
 
 
+def _fail_after_publish(marker, base, out):
+    """Claims `marker` for this build (True for the first build to get here) and records it."""
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    lines = [line for line in out.decode().splitlines() if line.strip()]
+    manifest = json.loads(lines[-1])
+    # An attempt manifest, or a Distributed table's cluster manifest (every shard's).
+    shards = [s["manifest"] for s in manifest["shards"]] if "shards" in manifest else [manifest]
+    parts = [p["name"] for m in shards for p in m["parts"]]
+    with os.fdopen(fd, "w") as f:
+        json.dump({"attempt": base["attempt"], "partition": int(base["partition"]),
+                   "task_attempt_id": int(base["attempt"].rsplit(".", 1)[1]),
+                   "parts": parts, "pid": os.getpid(), "time": time.time()}, f)
+    print(f"chpart-probe: injected failure: attempt {base['attempt']} of partition {base['partition']} "
+          f"published {len(parts)} part(s), then fails (TESTPROBE_FAIL_AFTER_PUBLISH)", file=sys.stderr)
+    return True
+
+
 def main(argv):
     if "--die-with-parent" in argv:
         parent = os.getppid()
@@ -169,10 +198,22 @@ def main(argv):
     env = dict(os.environ)
     if base["attempt"]:
         env[ENV_ATTEMPT] = base["attempt"]  # for hold_local (a zombie's clickhouse-local)
-    proc = subprocess.Popen([real] + list(argv), env=env)
+    fail = None
+    if command == "build" and os.environ.get(ENV_FAIL_AFTER_PUBLISH):
+        fail = json.loads(os.environ[ENV_FAIL_AFTER_PUBLISH])
+        if str(fail["partition"]) != base["partition"]:
+            fail = None
+    proc = subprocess.Popen([real] + list(argv), env=env, stdout=subprocess.PIPE if fail else None)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, _f: proc.send_signal(s))
+    out = proc.communicate()[0] if fail else None
     rc = proc.wait()
+    if fail and rc == 0 and _fail_after_publish(fail["marker"], base, out):
+        _record(calls_dir, {**base, "event": "end", "time": time.time(), "rc": 3, "injected": True})
+        return 3
+    if out is not None:
+        sys.stdout.buffer.write(out)
+        sys.stdout.flush()
     _record(calls_dir, {**base, "event": "end", "time": time.time(), "rc": rc})
     if rc < 0:
         signal.signal(-rc, signal.SIG_DFL)

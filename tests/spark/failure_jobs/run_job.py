@@ -11,6 +11,16 @@ Scenarios:
                  (one after collect() returned and before the commit, one after the commit)
   executor-loss  an executor JVM is SIGKILLed while a write task runs (local-cluster[2,1,1024])
   speculation    a straggler and its speculative copy on a standalone cluster of two hosts
+
+Through the JVM connector (`--jar chpart-spark.jar`; the probe is the connector's `chpart`
+option, its environment goes in `env.*` options):
+  connector-retry   df.write.format("chpart"): the first attempt of partition 1 fails after its
+                    build published (probe.ENV_FAIL_AFTER_PUBLISH), Spark retries it
+  connector-sql     the same through Spark SQL: CREATE TABLE ... USING chpart OPTIONS (...),
+                    then INSERT INTO ... SELECT
+  connector-resume  a commit killed twice, resumed from the winners file, then from the ledger
+  connector-zombie  stage retry after FetchFailed with zombies racing the retries for Spark's
+                    commit coordinator (faults.connector_zombie_stragglers)
 """
 
 import argparse
@@ -54,10 +64,10 @@ def running_tasks(spark):
     return sum(info.numRunningTasks() for info in infos)
 
 
-def task_ended(spark, stage, task_id):
+def task_ended(spark, stage, task_id, stage_attempt=0):
     """Whether Spark's status store has the end of task attempt `task_id` of `stage` (stage
-    attempt 0)."""
-    tasks = spark.sparkContext._jsc.sc().statusStore().taskList(stage, 0, 100_000)
+    attempt `stage_attempt`)."""
+    tasks = spark.sparkContext._jsc.sc().statusStore().taskList(stage, stage_attempt, 100_000)
     for i in range(tasks.size()):
         task = tasks.apply(i)
         if task.taskId() == task_id:
@@ -214,6 +224,173 @@ def scenario_speculation(args, spark, df, ctrl, result):
     wait_for(lambda: running_tasks(spark) == 0, WAIT, "every other attempt to end")
 
 
+def connector_write(df, args, env, load=None, **options):
+    """`df.write.format("chpart")` in append mode, with the probe as chpart and `env` as the
+    connector's env.* options (added to every chpart run's environment)."""
+    writer = (df.write.format("chpart").mode("append").option("table", args.table).option("config", args.config)
+              .option("chpart", args.probe).option("load", load or args.load))
+    for key, value in {**options, **{f"env.{k}": v for k, v in env.items()}}.items():
+        writer = writer.option(key, value)
+    writer.save()
+
+
+def connector_run(df, args, env, load=None, **options):
+    """`connector_write`, reporting instead of raising: the error's text (None if it succeeded),
+    the load's state afterwards, the builds the probe saw start during the write, and the rows
+    in the target table."""
+    load = load or args.load
+    before = time.time()
+    try:
+        connector_write(df, args, env, load, **options)
+        error = None
+    except Exception as e:  # the test checks the message
+        error = f"{type(e).__name__}: {e}"[-12000:]
+    [entry] = chpart_spark.status(args.config, load_id=load, chpart=args.chpart)
+    return {"error": error, "state": entry["state"], "table_rows": table_rows(args),
+            "builds": [b for b in probe.builds(args.calls) if b["start"] >= before]}
+
+
+def table_rows(args):
+    """Rows in the target table now (the config's server)."""
+    import tomllib
+    import urllib.request
+
+    with open(args.config, "rb") as f:
+        url = tomllib.load(f)["clickhouse"]["url"]
+    request = urllib.request.Request(url.rstrip("/") + "/", data=f"SELECT count() FROM {args.table}".encode())
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return int(response.read().decode().strip())
+
+
+def connector_summary(args):
+    """What the connector committed, from `chpart status` (a DataSource returns nothing to its
+    caller): the load's state, rows and winners, and how many partitions won."""
+    [entry] = chpart_spark.status(args.config, load_id=args.load, chpart=args.chpart)
+    return {"load": entry["load"], "state": entry["state"], "rows": entry["rows"], "winners": entry["winners"],
+            "spark_partitions": len(entry["winners"])}
+
+
+def fail_after_publish_env(args, ctrl, partition=1):
+    """The probe's environment, plus: the first build of `partition` fails after publishing."""
+    env = dict(args.probe_env)
+    env[probe.ENV_FAIL_AFTER_PUBLISH] = json.dumps({"partition": partition,
+                                                   "marker": os.path.join(ctrl, "fail-after-publish.json")})
+    return env
+
+
+def scenario_connector_retry(args, spark, df, ctrl, result):
+    """df.write.format("chpart") where the first attempt of partition 1 fails after its build
+    published (the probe exits 3 after the real build exited 0): the task fails with chpart's
+    message, Spark retries it and the retry wins; the failed attempt's parts are a loser's."""
+    connector_write(df, args, fail_after_publish_env(args, ctrl))
+    mark(result, "write")
+    result["summary"] = connector_summary(args)
+    # A permanent failure, in another load: every build refuses the rows (id as a string), Spark
+    # retries each task, the job fails with chpart's message and the load is aborted.
+    from pyspark.sql import functions as F
+
+    bad = df.withColumn("id", F.concat(F.lit("x"), F.col("id").cast("string")))
+    result["permanent"] = connector_run(bad, args, args.probe_env, load=f"{args.load}-bad")
+    mark(result, "permanent failure")
+
+
+def scenario_connector_resume(args, spark, df, ctrl, result):
+    """A commit killed, then resumed by re-running the same write (the same load id), through
+    the connector (CHPART_TEST_CRASH_AT given as an env.* option, on the first two runs only):
+    1. the commit dies after recording its plan: the write fails, the winners file is kept;
+    2. with that file: the tasks build nothing, the commit resumes from it and dies after its
+       first ATTACH;
+    3. the file lost (the driver's host): the commit resumes from the ledger's plan alone;
+    4. the load is committed: nothing runs."""
+    winners = os.path.join(args.work, "winners", f"{args.load}.jsonl")
+    runs = result.setdefault("runs", [])
+    for crash in ("after-plan", "after-attach:1", None, None):
+        env = dict(args.probe_env)
+        if crash:
+            env["CHPART_TEST_CRASH_AT"] = crash
+        if crash is None and os.path.exists(winners):
+            os.unlink(winners)
+        run = connector_run(df, args, env, winners_path=winners)
+        run.update(crash=crash, winners_file=os.path.exists(winners))
+        runs.append(run)
+        mark(result, f"run {len(runs)}")
+    result["summary"] = connector_summary(args)
+
+
+def sql_string(value):
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def scenario_connector_sql(args, spark, df, ctrl, result):
+    """Spark SQL: a table of the session catalog backed by the connector (the columns given,
+    the chpart options as OPTIONS), loaded by INSERT INTO ... SELECT, with the same failure as
+    connector-retry."""
+    df.createOrReplaceTempView("source_events")
+    options = {"table": args.table, "config": args.config, "chpart": args.probe, "load": args.load}
+    options.update({f"env.{k}": v for k, v in fail_after_publish_env(args, ctrl).items()})
+    spark.sql("CREATE TABLE chpart_events (id BIGINT, ts TIMESTAMP, user STRING, kind STRING, amount DOUBLE, "
+              "flag BOOLEAN) USING chpart OPTIONS ("
+              + ", ".join(f"`{k}` {sql_string(v)}" for k, v in options.items()) + ")")
+    spark.sql("INSERT INTO chpart_events SELECT id, ts, user, kind, amount, flag FROM source_events")
+    mark(result, "write")
+    result["summary"] = connector_summary(args)
+
+
+def scenario_connector_zombie(args, spark, df, ctrl, result):
+    """local[4,4], six write tasks (faults.connector_zombie_stragglers): the write stage is
+    retried after FetchFailed while the zombies of partitions 0 and 1 (stage attempt 0) run.
+    Zombie 0 asks Spark's commit coordinator first and straggles in clickhouse-local; the first
+    retry of partition 0 is then denied. The retry of partition 1 wins it; zombie 1 asks after
+    and is denied. Once the status store has both denied attempts' ends, a driver thread
+    releases zombie 0, which publishes and wins partition 0 from the old stage attempt, and
+    once its task has ended, tells the attempts of partition 0 Spark launched meanwhile.
+
+    Four cores: zombie 0, zombie 1 and a relaunch of partition 0 may all wait at once (Spark
+    launches a failed task again first), and the retry of partition 1 needs a core of its own."""
+    from pyspark.sql import functions as F
+
+    staged = df.repartition(6, F.col("id")).mapInArrow(
+        faults.connector_zombie_stragglers(ctrl, args.local_dir, args.calls, WAIT), df.schema)
+    env = dict(args.probe_env)
+    env.update(hold_local.install(os.path.join(args.work, "hold"), clickhouse_local_command(args.config), ctrl, WAIT))
+    stop, failures = threading.Event(), []
+
+    def ended(record, stage_attempt):
+        try:
+            return task_ended(spark, record["stage"], record["task_attempt_id"], stage_attempt)
+        except Exception:  # the stage attempt is not in the status store yet
+            return False
+
+    def release_zombie_0():
+        try:
+            records = {}
+            for name in ("zombie-0.json", "zombie-1.json", "retry-0.json"):
+                records[name] = wait_for(lambda: stop.is_set() or read_json(os.path.join(ctrl, name)), WAIT, name)
+                if records[name] is True:
+                    return
+            wait_for(lambda: stop.is_set() or (ended(records["retry-0.json"], 1) and ended(records["zombie-1.json"], 0)),
+                     WAIT, "the first retry of partition 0 and zombie 1 to be denied")
+            faults.write_marker(os.path.join(ctrl, "release-0"), {"released": "after the denials", "time": time.time()})
+            wait_for(lambda: stop.is_set() or ended(records["zombie-0.json"], 0), WAIT, "zombie 0's task to end")
+            faults.write_marker(os.path.join(ctrl, "zombie-0-ended.json"), {"time": time.time()})
+        except BaseException as e:  # reported (the test fails on it), never swallowed
+            failures.append(f"{type(e).__name__}: {e}")
+
+    thread = threading.Thread(target=release_zombie_0, daemon=True)
+    thread.start()
+    try:
+        connector_write(staged, args, env)
+        mark(result, "write")
+    finally:
+        stop.set()
+        thread.join(WAIT)
+        result["releaser_failures"] = failures
+    result["summary"] = connector_summary(args)
+    # Attempts Spark still runs (a relaunch of partition 0) are killed now the job is over: the
+    # event log must record their ends.
+    wait_for(lambda: running_tasks(spark) == 0, WAIT, "every task to end")
+
+
 # Per scenario: (default master, executors to wait for, session settings, the scenario).
 SCENARIOS = {
     "zombie": ("local[3,4]", 0, {"spark.python.task.killTimeout": "600s"}, scenario_zombie),
@@ -233,6 +410,10 @@ SCENARIOS = {
         # Judge stragglers by run time only, not by their rate of processed records.
         "spark.speculation.efficiency.enabled": "false",
     }, scenario_speculation),
+    "connector-retry": ("local[2,4]", 0, {}, scenario_connector_retry),
+    "connector-sql": ("local[2,4]", 0, {}, scenario_connector_sql),
+    "connector-resume": ("local[2,4]", 0, {}, scenario_connector_resume),
+    "connector-zombie": ("local[4,4]", 0, {}, scenario_connector_zombie),
 }
 
 
@@ -243,10 +424,17 @@ def run(args, result):
     os.makedirs(args.local_dir)
     builder = spark_builder(args.master or master, args.event_dir, f"chpart-{args.scenario}")
     builder = builder.config("spark.local.dir", args.local_dir)
+    builder = builder.config("spark.sql.warehouse.dir", os.path.join(args.work, "warehouse"))
+    if args.jar:
+        builder = builder.config("spark.jars", args.jar)  # the JVM connector
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if args.jar:
+        # The connector logs its load, winners and commit summary on the driver (the test reads them).
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("chpart.spark", jvm.org.apache.logging.log4j.Level.INFO)
     result["application_id"] = spark.sparkContext.applicationId
     mark(result, "session")
     try:
@@ -271,6 +459,7 @@ def main():
         p.add_argument(name, required=True)
     p.add_argument("--rows", type=int, required=True)
     p.add_argument("--master")
+    p.add_argument("--jar", help="the JVM connector's jar (deploy/spark/build-connector.sh)")
     args = p.parse_args()
     args.work = os.path.abspath(args.work)
     args.event_dir = os.path.join(args.work, "spark-events")

@@ -1,0 +1,180 @@
+package chpart.spark;
+
+import java.io.File;
+import java.io.Serializable;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.regex.Pattern;
+
+/**
+ * The options of a write, validated once on the driver before anything runs (an unknown option is
+ * an error: a misspelt {@code visiblity} must not be ignored). Names mirror {@code
+ * chpart_spark.write}'s arguments.
+ *
+ * <pre>
+ *   table         db.table (required)
+ *   config        the chpart config file, same path on driver and executors (required)
+ *   chpart        the chpart binary (default: $CHPART_BIN, else `chpart` on PATH)
+ *   load          the load id (default: new per write, see {@link #load})
+ *   visibility    partition (default) | part
+ *   verify        auto (default) | server | full | sizes
+ *   winners_path  where the winners' manifests are written (default: a temp file)
+ *   env.NAME      a variable added to the environment of every chpart run
+ * </pre>
+ */
+final class ChpartOptions implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  static final Pattern ID = Pattern.compile("^(?!\\.|-)(?!.*\\.\\.)[A-Za-z0-9._-]{1,128}$");
+  static final List<String> VISIBILITIES = List.of("partition", "part");
+  static final List<String> VERIFIES = List.of("auto", "server", "full", "sizes");
+  static final String ENV_PREFIX = "env.";
+  static final Set<String> KNOWN =
+      Set.of("table", "config", "chpart", "load", "visibility", "verify", "winners_path");
+  /**
+   * Keys Spark itself puts among a table's properties (a SQL table of the session catalog:
+   * provider, owner, and its managed location as path); they are not chpart options. In a
+   * write's own options they are refused like any unknown key (save("/some/path") writes nothing
+   * to that path).
+   */
+  static final Set<String> SPARK_TABLE_KEYS =
+      Set.of("provider", "owner", "location", "comment", "external", "path", "is_managed_location");
+
+  final String table;
+  final String config;
+  final String chpart;
+  /** Null: derived per write (see ChpartBatchWrite). */
+  final String load;
+  final String visibility;
+  final String verify;
+  final String winnersPath;
+  final Map<String, String> env;
+
+  private ChpartOptions(Map<String, String> given) {
+    List<String> problems = new ArrayList<>();
+    Map<String, String> env = new LinkedHashMap<>();
+    Map<String, String> plain = new LinkedHashMap<>();
+    Set<String> unknown = new TreeSet<>();
+    for (Map.Entry<String, String> e : given.entrySet()) {
+      String key = e.getKey();
+      String lower = key.toLowerCase(Locale.ROOT);
+      if (lower.startsWith(ENV_PREFIX)) {
+        // The variable's name keeps its case (option maps are case-insensitive, names are not).
+        String name = key.substring(ENV_PREFIX.length());
+        if (!name.matches("[A-Za-z_][A-Za-z0-9_]*")) {
+          problems.add("option " + key + ": not an environment variable name");
+        }
+        env.put(name, e.getValue());
+      } else if (KNOWN.contains(lower)) {
+        plain.put(lower, e.getValue());
+      } else {
+        unknown.add(key);
+      }
+    }
+    if (!unknown.isEmpty()) {
+      problems.add(
+          "unknown option(s) " + unknown + "; chpart's options are " + new TreeSet<>(KNOWN)
+              + " and env.<NAME>");
+    }
+    table = plain.get("table");
+    if (table == null || !table.matches("[^.\\s]+\\.[^.\\s]+")) {
+      problems.add("option table must be \"database.table\"; got " + quote(table));
+    }
+    String configGiven = plain.get("config");
+    if (configGiven == null || configGiven.isBlank()) {
+      problems.add("option config (the chpart config file, same path on driver and executors) is required");
+      config = null;
+    } else {
+      config = new File(configGiven).getAbsolutePath();
+      if (!Files.isReadable(Path.of(config))) {
+        problems.add("option config: " + config + " is not a readable file on the driver");
+      }
+    }
+    chpart = resolveBinary(plain.getOrDefault("chpart", System.getenv().getOrDefault("CHPART_BIN", "chpart")));
+    load = plain.get("load");
+    if (load != null && !ID.matcher(load).matches()) {
+      problems.add(
+          "option load " + quote(load)
+              + " must be 1-128 of [A-Za-z0-9._-], not starting with . or -, without ..");
+    }
+    visibility = choice("visibility", plain.getOrDefault("visibility", "partition"), VISIBILITIES, problems);
+    verify = choice("verify", plain.getOrDefault("verify", "auto"), VERIFIES, problems);
+    String winners = plain.get("winners_path");
+    winnersPath = winners == null ? null : new File(winners).getAbsolutePath();
+    this.env = Map.copyOf(env);
+    if (!problems.isEmpty()) {
+      throw new IllegalArgumentException("chpart data source: " + String.join("; ", problems));
+    }
+  }
+
+  /**
+   * Options of one write: the table's properties (SQL {@code OPTIONS (...)}, or the DataFrame
+   * writer's options that made the table), overridden by the write's own options.
+   */
+  static ChpartOptions of(Map<String, String> tableProperties, Map<String, String> writeOptions) {
+    Map<String, String> merged = new LinkedHashMap<>();
+    Map<String, String> table = new LinkedHashMap<>(tableProperties);
+    table.keySet().removeIf(k -> SPARK_TABLE_KEYS.contains(k.toLowerCase(Locale.ROOT)));
+    putAll(merged, table);
+    putAll(merged, writeOptions);
+    return new ChpartOptions(merged);
+  }
+
+  /** Case-insensitive put (an option given twice in other cases counts once, the later wins). */
+  private static void putAll(Map<String, String> into, Map<String, String> from) {
+    for (Map.Entry<String, String> e : from.entrySet()) {
+      String key = e.getKey();
+      // The session catalog keeps a CREATE TABLE's OPTIONS as properties named option.<key>.
+      if (key.toLowerCase(Locale.ROOT).startsWith("option.")) {
+        key = key.substring("option.".length());
+      }
+      String finalKey = key;
+      into.keySet().removeIf(k -> k.equalsIgnoreCase(finalKey));
+      into.put(key, e.getValue());
+    }
+  }
+
+  Chpart cli() {
+    return new Chpart(chpart, config, env);
+  }
+
+  private static String choice(String name, String value, List<String> allowed, List<String> problems) {
+    String v = value.toLowerCase(Locale.ROOT);
+    if (!allowed.contains(v)) {
+      problems.add("option " + name + " must be one of " + allowed + "; got " + quote(value));
+    }
+    return v;
+  }
+
+  private static String quote(String s) {
+    return s == null ? "nothing" : "\"" + s + "\"";
+  }
+
+  /**
+   * An absolute path for a path-like binary (tasks run in other working directories); a bare
+   * name is looked up on the driver's PATH, and kept as a name if not found (executors may have
+   * it on theirs).
+   */
+  static String resolveBinary(String name) {
+    if (name.contains(File.separator)) {
+      return new File(name).getAbsolutePath();
+    }
+    String path = System.getenv("PATH");
+    if (path != null) {
+      for (String dir : path.split(File.pathSeparator)) {
+        File candidate = new File(dir, name);
+        if (candidate.isFile() && candidate.canExecute()) {
+          return candidate.getAbsolutePath();
+        }
+      }
+    }
+    return name;
+  }
+}

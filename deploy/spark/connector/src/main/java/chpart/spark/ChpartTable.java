@@ -1,0 +1,66 @@
+package chpart.spark;
+
+import java.util.Map;
+import java.util.Set;
+import org.apache.spark.sql.connector.catalog.Column;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * A ClickHouse table as Spark sees it: write-only, with the schema Spark gives (the DataFrame's,
+ * or a SQL table's columns). chpart checks the rows against the real table when it builds; columns
+ * the ClickHouse table has and the rows lack take their DEFAULT.
+ */
+final class ChpartTable implements SupportsWrite {
+  private final StructType schema;
+  private final Map<String, String> properties;
+
+  ChpartTable(StructType schema, Map<String, String> properties) {
+    this.schema = schema;
+    this.properties = Map.copyOf(properties);
+  }
+
+  @Override
+  public String name() {
+    for (Map.Entry<String, String> e : properties.entrySet()) {
+      String key = e.getKey();
+      if (key.equalsIgnoreCase("table") || key.equalsIgnoreCase("option.table")) {
+        return "chpart:" + e.getValue();
+      }
+    }
+    return "chpart";
+  }
+
+  @Override
+  public Column[] columns() {
+    Column[] columns = new Column[schema.fields().length];
+    for (int i = 0; i < columns.length; i++) {
+      StructField f = schema.fields()[i];
+      columns[i] = Column.create(f.name(), f.dataType(), f.nullable());
+    }
+    return columns;
+  }
+
+  @Override
+  public Map<String, String> properties() {
+    return properties;
+  }
+
+  @Override
+  public Set<TableCapability> capabilities() {
+    // TRUNCATE and the OVERWRITE_* capabilities only let the overwrite paths reach the builder,
+    // which refuses them by name (ChpartWriteBuilder) instead of Spark's generic message.
+    return Set.of(TableCapability.BATCH_WRITE, TableCapability.TRUNCATE,
+        TableCapability.OVERWRITE_BY_FILTER, TableCapability.OVERWRITE_DYNAMIC);
+  }
+
+  @Override
+  public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+    ChpartOptions options = ChpartOptions.of(properties, info.options().asCaseSensitiveMap());
+    return new ChpartWriteBuilder(options, info);
+  }
+}

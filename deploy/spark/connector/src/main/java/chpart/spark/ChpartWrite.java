@@ -1,0 +1,55 @@
+package chpart.spark;
+
+import org.apache.spark.sql.connector.metric.CustomMetric;
+import org.apache.spark.sql.connector.metric.CustomTaskMetric;
+import org.apache.spark.sql.connector.write.BatchWrite;
+import org.apache.spark.sql.connector.write.Write;
+import org.apache.spark.sql.types.StructType;
+
+/** One logical write: an exactly-once chpart load of the query's rows into the table. */
+final class ChpartWrite implements Write {
+  private final ChpartOptions options;
+  private final StructType schema;
+  private final String queryId;
+  private final String mode;
+  private final ChpartBatchWrite.DriverMetrics metrics = new ChpartBatchWrite.DriverMetrics();
+
+  /** @param mode chpart's load mode ({@code append}; {@code replace} once overwrite maps to it) */
+  ChpartWrite(ChpartOptions options, StructType schema, String queryId, String mode) {
+    this.options = options;
+    this.schema = schema;
+    this.queryId = queryId;
+    this.mode = mode;
+  }
+
+  @Override
+  public String description() {
+    return "chpart " + mode + " into " + options.table;
+  }
+
+  @Override
+  public BatchWrite toBatch() {
+    return new ChpartBatchWrite(options, schema, queryId, mode, metrics);
+  }
+
+  @Override
+  public CustomMetric[] supportedCustomMetrics() {
+    return ChpartMetrics.all();
+  }
+
+  @Override
+  public CustomTaskMetric[] reportDriverMetrics() {
+    if (metrics.commitMs < 0) {
+      return new CustomTaskMetric[0]; // nothing was committed
+    }
+    return new CustomTaskMetric[] {
+      ChpartMetrics.value(ChpartMetrics.ROWS, metrics.rows),
+      ChpartMetrics.value(ChpartMetrics.PARTS, metrics.parts),
+      ChpartMetrics.value(ChpartMetrics.BYTES, metrics.bytes),
+      ChpartMetrics.value(ChpartMetrics.BUILD_MS, metrics.buildMs),
+      ChpartMetrics.value(ChpartMetrics.UPLOAD_MS, metrics.uploadMs),
+      ChpartMetrics.value(ChpartMetrics.PUBLISH_MS, metrics.publishMs),
+      ChpartMetrics.value(ChpartMetrics.COMMIT_MS, metrics.commitMs),
+    };
+  }
+}
