@@ -14,6 +14,7 @@
 
 mod error;
 pub mod faults;
+pub mod resolve;
 pub mod retry;
 
 use std::fmt;
@@ -287,9 +288,25 @@ pub fn quote_str(value: &str) -> String {
 }
 
 impl Server {
-    /// A client for `config`. Connects lazily; nothing is sent yet.
+    /// A client for `config`. Connects lazily; nothing is sent yet. Host names are resolved
+    /// by the system resolver, once each ([`resolve`]).
     pub fn new(config: &ServerConfig) -> Server {
-        let mut client = clickhouse::Client::default()
+        Server::with_lookup(config, resolve::system_lookup())
+    }
+
+    /// A client for `config` whose host names are looked up with `lookup` (once each).
+    pub fn with_lookup(config: &ServerConfig, lookup: resolve::Lookup) -> Server {
+        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(
+            resolve::Resolver::new(lookup),
+        );
+        // As the clickhouse crate's own client: keepalive, and idle connections dropped before
+        // the server's 3 s keep-alive timeout closes them.
+        connector.set_keepalive(Some(Duration::from_secs(60)));
+        let http =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(2))
+                .build(connector);
+        let mut client = clickhouse::Client::with_http_client(http)
             .with_url(&config.url)
             .with_user(&config.user);
         if let Some(password) = &config.password {

@@ -453,3 +453,60 @@ fn retrying_repeats_only_what_is_safe_to_repeat() {
         "{waited:?}"
     );
 }
+
+/// A DNS lookup that fails twice, then answers (the system resolver's answer): the failure is a
+/// transport error naming the host, retried like any transient fault; once resolved, a name is
+/// not looked up again for the rest of the command, however many connections it opens.
+#[test]
+fn a_host_name_is_resolved_once_and_a_failed_lookup_is_retried() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let ch = shared();
+    let url = ch.url().replace("127.0.0.1", "localhost");
+    assert!(url.contains("localhost"), "{url}");
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let counted = lookups.clone();
+    let system = chpart_server::resolve::system_lookup();
+    let lookup: chpart_server::resolve::Lookup = Arc::new(move |host: &str| {
+        if counted.fetch_add(1, Ordering::SeqCst) < 2 {
+            return Err(std::io::Error::other(
+                "injected: temporary failure in name resolution",
+            ));
+        }
+        system(host)
+    });
+    let config = ServerConfig {
+        url,
+        user: "default".into(),
+        password: None,
+        request_timeout: Duration::from_secs(30),
+    };
+    let server: SharedServer = Arc::new(Server::with_lookup(&config, lookup.clone()));
+    let err = runtime().block_on(server.version()).unwrap_err();
+    assert!(matches!(err, ServerError::Transport { .. }), "{err:?}");
+    assert_eq!(err.class(true), ErrorClass::Transient, "{err}");
+    assert!(err.to_string().contains("localhost"), "{err}");
+
+    let retrying = Retrying::new(
+        Arc::new(Server::with_lookup(&config, lookup)),
+        RetryPolicy::within(Duration::from_secs(20)),
+    );
+    runtime().block_on(async {
+        assert_eq!(retrying.version().await.unwrap(), "26.9.2.1");
+        assert_eq!(
+            lookups.load(Ordering::SeqCst),
+            3,
+            "two failures, then one answer"
+        );
+        // Several connections at once: each asks the resolver, none looks the name up again.
+        let calls = (0..6).map(|_| retrying.count("system", "one"));
+        for n in futures_util::future::join_all(calls).await {
+            assert_eq!(n.unwrap(), 1);
+        }
+    });
+    assert_eq!(
+        lookups.load(Ordering::SeqCst),
+        3,
+        "resolved once for the command"
+    );
+}
