@@ -101,7 +101,9 @@ impl Reporting {
         let metrics = metrics.lock().unwrap_or_else(|p| p.into_inner());
         let load = self.load.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let text = metrics.render(command, &load, success);
-        let tmp = path.with_extension("tmp");
+        let mut tmp = path.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
         let write = || -> std::io::Result<()> {
             let mut file = File::create(&tmp)?;
             file.write_all(text.as_bytes())?;
