@@ -8,6 +8,7 @@ Its result, one JSON object, goes to --out; the test checks ClickHouse itself.
   create     errorifexists into a table that does not exist (created from the options), then
              the same write again (refused: the table exists now)
   existing   errorifexists (refused) and ignore (nothing written) into a table the test made
+  layout     the same round-robin rows with the table's layout (clustered) and without (plain)
 """
 
 import argparse
@@ -114,7 +115,23 @@ def scenario_existing(args, spark, result):
     result["ignore_error"] = attempt(lambda: writer(df, args, "ignore", "ignored").save())
 
 
-SCENARIOS = {"overwrite": scenario_overwrite, "create": scenario_create, "existing": scenario_existing}
+def scenario_layout(args, spark, result):
+    """The same rows, dealt round-robin over 4 tasks (every task holds every day), written
+    three times: with the table's layout into db.events, with layout=none into db.events_plain,
+    and with the layout into db.events_by_kind (partitioned by a plain column)."""
+    df = events(spark, args.rows, partitions=4, days=3).repartition(4)
+    result["source"] = checksum(df)
+    # With AQE's coalescing (Spark's default) these few rows end in one task after the layout's
+    # shuffle; kept at spark.sql.shuffle.partitions (4) the layout has tasks to spread over.
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    writer(df, args, "append", "clustered").save()
+    w = writer(df, args, "append", "plain", layout="none")
+    w.option("table", args.table + "_plain").save()
+    writer(df, args, "append", "by-kind").option("table", args.table + "_by_kind").save()
+
+
+SCENARIOS = {"overwrite": scenario_overwrite, "create": scenario_create, "existing": scenario_existing,
+             "layout": scenario_layout}
 
 
 def main():

@@ -211,3 +211,67 @@ def test_errorifexists_refuses_and_ignore_skips_an_existing_table(clickhouse, ch
     staging = clickhouse.staging_root
     assert not staging.exists() or list(staging.iterdir()) == [], list(staging.iterdir())
     assert "chpart build" not in log and "opened on" not in log, log[-3000:]
+
+
+def winners_partitions(clickhouse, config, chpart, load):
+    """Per winning attempt of `load`: the table partition of each part it built (its manifest,
+    still in staging until gc)."""
+    entry = load_status(config, chpart, load)
+    out = {}
+    for _, attempt in entry["winners"]:
+        path = clickhouse.staging_root / load / attempt / "manifest.json"
+        manifest = json.loads(path.read_text())
+        out[attempt] = [p["partition_id"] for p in manifest["parts"]]
+    return out
+
+
+def parts_per_partition(clickhouse, table):
+    return {r["partition_id"]: int(r["parts"]) for r in clickhouse.rows(
+        f"SELECT partition_id, count() AS parts FROM system.parts WHERE database = 'db' AND table = '{table}' "
+        "AND active GROUP BY partition_id ORDER BY partition_id")}
+
+
+def test_layout_clusters_each_table_partition_into_few_tasks(clickhouse, chpart_config, chpart_bin, connector_jar,
+                                                             tmp_path):
+    """Rows of 3 days dealt round-robin over 4 Spark tasks, loaded into two tables with the same
+    definition (PARTITION BY toYYYYMMDD(ts) ORDER BY (kind, id)), merges stopped so that the
+    parts are the ones the tasks built: with the connector's layout (Spark range-partitions by
+    ts, the column of the partition key, and sorts each task by kind, id) every task builds one
+    part per table partition it holds and each day is in at most two tasks; with layout=none
+    every task holds every day, so each partition gets one part per task (4). Into a third
+    table PARTITION BY kind (a plain column) Spark clusters by kind: one part per partition."""
+    clickhouse.query("CREATE DATABASE db")
+    for table in (TABLE, TABLE + "_plain"):
+        clickhouse.query(create_table_sql(table))
+        clickhouse.query(f"SYSTEM STOP MERGES {table}")
+    clickhouse.query(create_table_sql(TABLE + "_by_kind").replace("PARTITION BY toYYYYMMDD(ts) ORDER BY (kind, id)",
+                                                                 "PARTITION BY kind ORDER BY (ts, id)"))
+    clickhouse.query(f"SYSTEM STOP MERGES {TABLE}_by_kind")
+    result, _ = run_driver(tmp_path, "layout", chpart_config, chpart_bin, connector_jar)
+    source = checksum(result["source"])
+    assert_exactly_once(clickhouse, TABLE, source)
+    assert_exactly_once(clickhouse, TABLE + "_plain", source)
+
+    days = [day_id(d) for d in range(3)]
+    clustered = winners_partitions(clickhouse, chpart_config, chpart_bin, "clustered")
+    plain = winners_partitions(clickhouse, chpart_config, chpart_bin, "plain")
+    assert len(clustered) == len(plain) == 4, (clustered, plain)
+    for attempt, partitions in clustered.items():
+        assert len(partitions) == len(set(partitions)), f"{attempt} built two parts of one partition: {partitions}"
+    assert all(sorted(p) == days for p in plain.values()), plain
+    per_partition = parts_per_partition(clickhouse, "events")
+    per_partition_plain = parts_per_partition(clickhouse, "events_plain")
+    assert sorted(per_partition) == days and sorted(per_partition_plain) == days, (per_partition, per_partition_plain)
+    assert per_partition_plain == {d: 4 for d in days}, per_partition_plain
+    assert all(n <= 2 for n in per_partition.values()), per_partition
+    assert sum(per_partition.values()) == sum(len(p) for p in clustered.values()), (per_partition, clustered)
+    # PARTITION BY kind, a plain column: Spark clusters by it, so each kind is in one task.
+    assert_exactly_once(clickhouse, TABLE + "_by_kind", source)
+    by_kind = parts_per_partition(clickhouse, "events_by_kind")
+    assert len(by_kind) == 4 and all(n == 1 for n in by_kind.values()), by_kind
+    by_kind_tasks = winners_partitions(clickhouse, chpart_config, chpart_bin, "by-kind")
+    assert sum(len(p) for p in by_kind_tasks.values()) == 4, by_kind_tasks
+    print(f"layout: parts per table partition, clustered {per_partition} (tasks: {sorted(clustered.values())}), "
+          f"layout=none {per_partition_plain}, PARTITION BY kind {by_kind}")
+    for load in ("clustered", "plain", "by-kind"):
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)

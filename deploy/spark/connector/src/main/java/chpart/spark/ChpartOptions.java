@@ -31,6 +31,7 @@ import java.util.regex.Pattern;
  *                 table: refused (see the README: not atomic, not exactly-once)
  *   engine, order_by, partition_by, primary_key, settings
  *                 the CREATE TABLE of save modes errorifexists / ignore (TableDdl)
+ *   layout        table (default: Spark clusters and sorts the rows by the table's keys, Layout) | none
  * </pre>
  */
 final class ChpartOptions implements Serializable {
@@ -42,7 +43,8 @@ final class ChpartOptions implements Serializable {
   static final String ENV_PREFIX = "env.";
   static final Set<String> KNOWN =
       Set.of("table", "config", "chpart", "load", "visibility", "verify", "winners_path", "overwrite", "engine",
-          "order_by", "partition_by", "primary_key", "settings");
+          "order_by", "partition_by", "primary_key", "settings", "layout");
+  static final List<String> LAYOUTS = List.of("table", "none");
   static final List<String> OVERWRITES = List.of("partitions", "table");
   /**
    * Keys Spark itself puts among a table's properties (a SQL table of the session catalog:
@@ -70,6 +72,8 @@ final class ChpartOptions implements Serializable {
   final String partitionBy;
   final String primaryKey;
   final String settings;
+  /** table (ask Spark for the table's distribution and ordering, Layout) | none. */
+  final String layout;
 
   private ChpartOptions(Map<String, String> given) {
     List<String> problems = new ArrayList<>();
@@ -129,6 +133,7 @@ final class ChpartOptions implements Serializable {
     partitionBy = plain.get("partition_by");
     primaryKey = plain.get("primary_key");
     settings = plain.get("settings");
+    layout = choice("layout", plain.getOrDefault("layout", "table"), LAYOUTS, problems);
     if (!problems.isEmpty()) {
       throw new IllegalArgumentException("chpart data source: " + String.join("; ", problems));
     }

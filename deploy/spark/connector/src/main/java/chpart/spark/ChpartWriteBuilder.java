@@ -39,7 +39,7 @@ final class ChpartWriteBuilder implements WriteBuilder, SupportsTruncate, Suppor
       // here, once, on the driver, before chpart begin snapshots it.
       ChpartCatalog.create(options, info.schema());
     }
-    return new ChpartWrite(options, info.schema(), info.queryId(), mode);
+    return new ChpartWrite(options, info.schema(), info.queryId(), mode, Layout.of(options, info.schema()));
   }
 
   /** A column type Spark cannot write as Arrow fails here, at planning, before chpart begin. */
