@@ -130,7 +130,23 @@ def scenario_layout(args, spark, result):
     writer(df, args, "append", "by-kind").option("table", args.table + "_by_kind").save()
 
 
-SCENARIOS = {"overwrite": scenario_overwrite, "create": scenario_create, "existing": scenario_existing,
+def scenario_catalog(args, spark, result):
+    """The catalog registered by hand: df.writeTo("chpart.db.events").append() of 3 days, then
+    SQL INSERT OVERWRITE chpart.db.events with new rows of day 1 only."""
+    spark.conf.set("spark.sql.catalog.chpart", "chpart.spark.ChpartCatalog")
+    spark.conf.set("spark.sql.catalog.chpart.config", args.config)
+    spark.conf.set("spark.sql.catalog.chpart.chpart", args.chpart)
+    base = events(spark, args.rows, partitions=3, days=3)
+    result["base"] = day_checksums(base, range(3))
+    base.writeTo("chpart." + args.table).option("load", "write-to").append()
+    new = events(spark, args.rows // 3, partitions=2, days=1, first_day=1, first_id=10_000_000, amount_scale=3.0)
+    result["new"] = day_checksums(new, [1])
+    new.createOrReplaceTempView("new_rows")
+    spark.sql(f"INSERT OVERWRITE chpart.{args.table} SELECT * FROM new_rows")
+    result["missing_error"] = attempt(lambda: base.writeTo("chpart.db.nope").option("load", "nope").append())
+
+
+SCENARIOS = {"catalog": scenario_catalog, "overwrite": scenario_overwrite, "create": scenario_create, "existing": scenario_existing,
              "layout": scenario_layout}
 
 

@@ -275,3 +275,24 @@ def test_layout_clusters_each_table_partition_into_few_tasks(clickhouse, chpart_
           f"layout=none {per_partition_plain}, PARTITION BY kind {by_kind}")
     for load in ("clustered", "plain", "by-kind"):
         assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
+
+
+def test_a_registered_catalog_takes_write_to_and_sql_insert_overwrite(clickhouse, chpart_config, chpart_bin,
+                                                                     connector_jar, tmp_path):
+    """spark.sql.catalog.chpart = chpart.spark.ChpartCatalog (with its config): df.writeTo(
+    "chpart.db.events").append() loads 3 days; SQL INSERT OVERWRITE chpart.db.events with rows
+    of day 1 replaces day 1 only (chpart's replace mode) and keeps days 0 and 2; a table that
+    does not exist is Spark's TABLE_OR_VIEW_NOT_FOUND."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    result, _ = run_driver(tmp_path, "catalog", chpart_config, chpart_bin, connector_jar)
+    for d in (0, 2):
+        assert_exactly_once(clickhouse, TABLE, checksum(result["base"][str(d)]), where=day_where(d))
+    assert_exactly_once(clickhouse, TABLE, checksum(result["new"]["1"]), where=day_where(1))
+    loads = {e["load"]: e for e in chpart_spark.status(chpart_config, chpart=chpart_bin)}
+    assert loads["write-to"]["state"] == "committed" and loads["write-to"]["mode"] == "append", loads
+    [replace] = [e for name, e in loads.items() if name != "write-to"]
+    assert replace["state"] == "committed" and replace["mode"] == "replace", replace
+    assert result["missing_error"] and "TABLE_OR_VIEW_NOT_FOUND" in result["missing_error"], result["missing_error"]
+    for load in loads:
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
