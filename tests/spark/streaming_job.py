@@ -8,6 +8,7 @@ Faults (each once per test, claimed by an O_EXCL marker in <work>, so a restart 
                          committed, before Spark records the batch: the restart replays it
   --kill-in-build B      SIGKILL it from inside batch B's task, after its chpart build
                          published its parts and before the load is committed
+  --jar JAR              the sink writes through the JVM connector (no --kill-in-build then)
 """
 
 import argparse
@@ -40,13 +41,17 @@ def main():
         p.add_argument(name, required=True)
     p.add_argument("--kill-after-commit", type=int)
     p.add_argument("--kill-in-build", type=int)
+    p.add_argument("--jar", help="write through the JVM connector (foreach_batch(connector=True))")
     args = p.parse_args()
     # The process group to kill, also from inside a task (Python workers inherit the variable).
     os.environ["STREAM_TEST_PGID"] = str(os.getpgrp())
     events_dir = os.path.join(args.work, "spark-events")
     os.makedirs(events_dir, exist_ok=True)
-    spark = (spark_builder("local[2,4]", events_dir, "chpart-streaming")
-             .config("spark.local.dir", os.path.join(args.work, "spark-local")).getOrCreate())
+    builder = spark_builder("local[2,4]", events_dir, "chpart-streaming").config(
+        "spark.local.dir", os.path.join(args.work, "spark-local"))
+    if args.jar:
+        builder = builder.config("spark.jars", args.jar)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     log_path = os.path.join(args.work, "batches.jsonl")
     build_marker = os.path.join(args.work, "killed-in-build")
@@ -64,8 +69,14 @@ def main():
         if batch_id == args.kill_after_commit and claim(os.path.join(args.work, "killed-after-commit")):
             os.killpg(os.getpgrp(), signal.SIGKILL)
 
-    sink = chpart_spark.foreach_batch(args.table, args.config, chpart=args.chpart, on_batch=on_batch,
-                                      _after_build=after_build)
+    if args.jar:
+        if args.kill_in_build is not None:
+            raise SystemExit("--kill-in-build needs chpart_spark.write's _after_build hook, not the connector")
+        sink = chpart_spark.foreach_batch(args.table, args.config, chpart=args.chpart, on_batch=on_batch,
+                                          connector=True)
+    else:
+        sink = chpart_spark.foreach_batch(args.table, args.config, chpart=args.chpart, on_batch=on_batch,
+                                          _after_build=after_build)
     stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(args.input)
     query = (stream.writeStream.foreachBatch(sink).option("checkpointLocation", os.path.join(args.work, "checkpoint"))
              .trigger(availableNow=True).start())

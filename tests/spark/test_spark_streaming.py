@@ -64,3 +64,38 @@ def test_streaming_query_killed_and_restarted_mid_batch_loads_every_row_once(cli
     for load in loads:
         assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
     assert_exactly_once(clickhouse, TABLE, source)
+
+
+def test_streaming_through_the_connector_replays_a_committed_batch_as_a_no_op(clickhouse, chpart_config,
+                                                                             chpart_bin, connector_jar, tmp_path):
+    """The same stream with foreach_batch(connector=True) (format("chpart"), option load
+    `<query id>.<batch id>`): run 1 is SIGKILLed right after batch 1's load committed, before
+    Spark recorded the batch; run 2 replays batch 1, which the connector finds committed and
+    builds nothing for, then loads the rest. Every row once, one committed load per batch."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    source = write_events_parquet(tmp_path / "input", ROWS, files=FILES)
+    work = tmp_path / "stream"
+    work.mkdir()
+    argv = [sys.executable, os.path.join(HERE, "streaming_job.py"), "--input", str(tmp_path / "input"), "--work",
+            str(work), "--config", chpart_config, "--chpart", chpart_bin, "--table", TABLE,
+            "--kill-after-commit", "1", "--jar", connector_jar]
+    codes = [run_logged(argv, tmp_path / f"stream-run-{run}.log", TIMEOUT, f"streaming run {run}") for run in range(2)]
+    logs = "\n".join((tmp_path / f"stream-run-{run}.log").read_text()[-3000:] for run in range(2))
+    assert codes == [-9, 0], (codes, logs)
+    ids = [json.loads(line) for line in (work / "query-ids.jsonl").read_text().splitlines()]
+    assert len(ids) == 2 and len({i["id"] for i in ids}) == 1, ids
+    query_id = ids[0]["id"]
+    batches = [json.loads(line) for line in (work / "batches.jsonl").read_text().splitlines()]
+    assert [b["batch"] for b in batches] == [0, 1, 1, 2, 3, 4, 5], batches
+    assert all(b["load"] == f"{query_id}.{b['batch']}" for b in batches), batches
+
+    assert_exactly_once(clickhouse, TABLE, source)
+    loads = {e["load"]: e for e in chpart_spark.status(chpart_config, chpart=chpart_bin)}
+    assert sorted(loads) == sorted(f"{query_id}.{b}" for b in range(FILES)), sorted(loads)
+    assert all(e["state"] == "committed" for e in loads.values()), loads
+    # Batch 1 was built once: the replay found it committed and no task built anything.
+    assert len(loads[f"{query_id}.1"]["attempts"]) == 1, loads[f"{query_id}.1"]
+    for load in loads:
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
+    assert_exactly_once(clickhouse, TABLE, source)
