@@ -6,7 +6,8 @@ Its result, one JSON object, goes to --out; the test checks ClickHouse itself.
   overwrite  append 3 days (load base), mark base-loaded, wait for the test's go file, then
              mode("overwrite") with new rows for days 0 and 1 only (load replace)
   create     errorifexists into a table that does not exist (created from the options), then
-             the same write again (refused: the table exists now)
+             the same write again (refused: the table exists now); ignore into another missing
+             table (created and loaded)
   existing   errorifexists (refused) and ignore (nothing written) into a table the test made
   layout     the same round-robin rows with the table's layout (clustered) and without (plain)
 """
@@ -104,6 +105,9 @@ def scenario_create(args, spark, result):
     result["source"] = checksum(df)
     result["error"] = attempt(lambda: writer(df, args, "errorifexists", "create", **CREATE_OPTIONS).save())
     result["again_error"] = attempt(lambda: writer(df, args, "errorifexists", "create-again", **CREATE_OPTIONS).save())
+    # ignore creates a missing table too
+    result["ignore_error"] = attempt(
+        lambda: writer(df, args, "ignore", "create-ignore", **CREATE_OPTIONS).option("table", args.table + "_ignore").save())
 
 
 def scenario_existing(args, spark, result):

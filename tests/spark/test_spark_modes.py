@@ -155,7 +155,8 @@ def test_errorifexists_creates_the_table_then_loads_exactly_once(clickhouse, chp
     """mode("errorifexists") into db.events, which does not exist: the connector creates it
     (engine, ORDER BY, PARTITION BY, SETTINGS from the options; column types from the Spark
     schema by the README's mapping), loads the rows exactly once; the same write again is
-    refused by Spark (the table exists) and begins no load."""
+    refused by Spark (the table exists) and begins no load; mode("ignore") into another
+    missing table creates and loads it too."""
     clickhouse.query("CREATE DATABASE db")
     result, log = run_driver(tmp_path, "create", chpart_config, chpart_bin, connector_jar)
     assert result["error"] is None, result["error"]
@@ -186,7 +187,14 @@ def test_errorifexists_creates_the_table_then_loads_exactly_once(clickhouse, chp
     assert again and "TABLE_OR_VIEW_ALREADY_EXISTS" in again, again
     assert "create-again" not in {e["load"] for e in chpart_spark.status(chpart_config, chpart=chpart_bin)}
     assert loaded == chpart_spark.clickhouse_checksum(clickhouse.url, f"SELECT {names} FROM {TABLE}")
-    assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, "create")
+    # mode("ignore") into a missing table creates and loads it the same way.
+    assert result["ignore_error"] is None, result["ignore_error"]
+    ignored = clickhouse.rows("SELECT name, type FROM system.columns WHERE database = 'db' AND table = 'events_ignore' "
+                              "ORDER BY position")
+    assert {r["name"]: r["type"] for r in ignored} == expected, ignored
+    assert chpart_spark.clickhouse_checksum(clickhouse.url, f"SELECT {names} FROM {TABLE}_ignore") == source
+    for load in ("create", "create-ignore"):
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
 
 
 def test_errorifexists_refuses_and_ignore_skips_an_existing_table(clickhouse, chpart_config, chpart_bin,
