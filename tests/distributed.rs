@@ -476,6 +476,9 @@ fn plan_shows_the_topology_and_names_a_host_that_does_not_answer() {
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(plan["cluster"], "dist_plan", "{plan}");
     assert_eq!(plan["key_type"], "Int64", "{plan}");
+    // The shards' local table's keys (what the Spark connector's layout asks for).
+    assert_eq!(plan["partition_key"], "toYYYYMM(ts)", "{plan}");
+    assert_eq!(plan["sorting_key"], "id", "{plan}");
     assert_eq!(
         plan["routing"],
         "multiIf(reinterpretAsUInt64(toInt32(id) - 1500) % 6 < 1, 1, reinterpretAsUInt64(toInt32(id) - 1500) % 6 < 3, 2, 3)",

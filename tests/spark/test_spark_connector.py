@@ -128,7 +128,7 @@ def test_java_job_with_a_task_retry_after_publish_loads_exactly_once(clickhouse,
     for key, value in conf.items():
         argv += ["--conf", f"{key}={value}"]
     argv += [job, "--input", str(tmp_path / "input"), "--table", TABLE, "--config", chpart_config, "--load", load,
-             "--partitions", "4", "--chpart", probe_path]
+             "--partitions", "4", "--chpart", probe_path, "--option", "layout=none"]
     for key, value in env.items():
         argv += ["--option", f"env.{key}={value}"]
 

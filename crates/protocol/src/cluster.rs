@@ -949,6 +949,10 @@ pub struct HostPlan {
     pub disks: Vec<chpart_core::DiskPlace>,
     /// Whether chpart reached the host's filesystem.
     pub filesystem_reachable: bool,
+    /// The table's partition and sorting keys there, if it answered (shown once, in
+    /// [`Topology`]).
+    #[serde(skip)]
+    pub keys: Option<(String, String)>,
     /// What is wrong with this host (unreachable server or filesystem, another definition,
     /// no local disk to stage on, ...). Empty: ready.
     pub problems: Vec<String>,
@@ -971,6 +975,12 @@ pub struct Topology {
     pub key_type: Option<String>,
     /// What decides each row's shard, as clickhouse-local evaluates it.
     pub routing: Option<String>,
+    /// The MergeTree table's `PARTITION BY` (`system.tables.partition_key`; for a Distributed
+    /// table its local table's, from the first shard that answered), e.g. `toYYYYMMDD(ts)`;
+    /// empty when unpartitioned. What a Spark write clusters its rows by.
+    pub partition_key: Option<String>,
+    /// Its `ORDER BY` (`system.tables.sorting_key`), e.g. `kind, id`. What a Spark write sorts by.
+    pub sorting_key: Option<String>,
     /// Every host parts would go to, in shard order.
     pub hosts: Vec<HostPlan>,
     /// Problems of the table as a whole (e.g. an unsupported key type).
@@ -991,6 +1001,10 @@ async fn plan_host(reach: &dyn Reach, mut host: HostPlan, table: &TableRef) -> H
         Ok(facts) => {
             host.version = Some(facts.version);
             host.fingerprint = Some(facts.snapshot.fingerprint.to_string());
+            host.keys = Some((
+                facts.snapshot.shape.partition_key.clone(),
+                facts.snapshot.shape.sorting_key.clone(),
+            ));
             let disks = async {
                 let disks: Vec<chpart_core::DiskInfo> = server
                     .disks()
@@ -1088,6 +1102,8 @@ pub async fn plan(
         sharding_key: None,
         key_type: None,
         routing: None,
+        partition_key: None,
+        sorting_key: None,
         hosts: Vec::new(),
         problems: Vec::new(),
     };
@@ -1100,9 +1116,12 @@ pub async fn plan(
         fingerprint: None,
         disks: Vec::new(),
         filesystem_reachable: false,
+        keys: None,
         problems: Vec::new(),
     };
     if info.engine != "Distributed" {
+        topology.partition_key = Some(info.partition_key.clone());
+        topology.sorting_key = Some(info.sorting_key.clone());
         let one = host(1, 1, host_name, server.endpoint().to_owned());
         topology.hosts.push(plan_host(reach, one, table).await);
         return Ok(topology);
@@ -1178,6 +1197,10 @@ pub async fn plan(
         ));
     }
     let reachable = topology.hosts.iter().find(|h| h.version.is_some());
+    if let Some((partition_key, sorting_key)) = reachable.and_then(|h| h.keys.clone()) {
+        topology.partition_key = Some(partition_key);
+        topology.sorting_key = Some(sorting_key);
+    }
     if let (Some(key), Some(first)) = (&engine.sharding_key, reachable) {
         if topology.hosts.len() > 1 {
             match reach

@@ -226,9 +226,11 @@ def scenario_speculation(args, spark, df, ctrl, result):
 
 def connector_write(df, args, env, load=None, **options):
     """`df.write.format("chpart")` in append mode, with the probe as chpart and `env` as the
-    connector's env.* options (added to every chpart run's environment)."""
+    connector's env.* options (added to every chpart run's environment). layout=none: the
+    failures are placed on the job's own partitioning, which the layout's shuffle would deal
+    anew (test_spark_modes.py tests the layout)."""
     writer = (df.write.format("chpart").mode("append").option("table", args.table).option("config", args.config)
-              .option("chpart", args.probe).option("load", load or args.load))
+              .option("chpart", args.probe).option("load", load or args.load).option("layout", "none"))
     for key, value in {**options, **{f"env.{k}": v for k, v in env.items()}}.items():
         writer = writer.option(key, value)
     writer.save()
@@ -326,7 +328,8 @@ def scenario_connector_sql(args, spark, df, ctrl, result):
     the chpart options as OPTIONS), loaded by INSERT INTO ... SELECT, with the same failure as
     connector-retry."""
     df.createOrReplaceTempView("source_events")
-    options = {"table": args.table, "config": args.config, "chpart": args.probe, "load": args.load}
+    options = {"table": args.table, "config": args.config, "chpart": args.probe, "load": args.load,
+               "layout": "none"}  # as in connector_write
     options.update({f"env.{k}": v for k, v in fail_after_publish_env(args, ctrl).items()})
     spark.sql("CREATE TABLE chpart_events (id BIGINT, ts TIMESTAMP, user STRING, kind STRING, amount DOUBLE, "
               "flag BOOLEAN) USING chpart OPTIONS ("

@@ -27,6 +27,11 @@ import java.util.regex.Pattern;
  *   verify        auto (default) | server | full | sizes
  *   winners_path  where the winners' manifests are written (default: a temp file)
  *   env.NAME      a variable added to the environment of every chpart run
+ *   overwrite     partitions (default): mode("overwrite") replaces exactly the partitions written;
+ *                 table: refused (see the README: not atomic, not exactly-once)
+ *   engine, order_by, partition_by, primary_key, settings
+ *                 the CREATE TABLE of save modes errorifexists / ignore (TableDdl)
+ *   layout        table (default: Spark clusters and sorts the rows by the table's keys, Layout) | none
  * </pre>
  */
 final class ChpartOptions implements Serializable {
@@ -37,7 +42,10 @@ final class ChpartOptions implements Serializable {
   static final List<String> VERIFIES = List.of("auto", "server", "full", "sizes");
   static final String ENV_PREFIX = "env.";
   static final Set<String> KNOWN =
-      Set.of("table", "config", "chpart", "load", "visibility", "verify", "winners_path");
+      Set.of("table", "config", "chpart", "load", "visibility", "verify", "winners_path", "overwrite", "engine",
+          "order_by", "partition_by", "primary_key", "settings", "layout");
+  static final List<String> LAYOUTS = List.of("table", "none");
+  static final List<String> OVERWRITES = List.of("partitions", "table");
   /**
    * Keys Spark itself puts among a table's properties (a SQL table of the session catalog:
    * provider, owner, and its managed location as path); they are not chpart options. In a
@@ -56,6 +64,16 @@ final class ChpartOptions implements Serializable {
   final String verify;
   final String winnersPath;
   final Map<String, String> env;
+  /** partitions | table (refused when an overwrite is planned, ChpartWriteBuilder). */
+  final String overwrite;
+  /** The CREATE TABLE's clauses (TableDdl); engine defaults to MergeTree, the rest to none. */
+  final String engine;
+  final String orderBy;
+  final String partitionBy;
+  final String primaryKey;
+  final String settings;
+  /** table (ask Spark for the table's distribution and ordering, Layout) | none. */
+  final String layout;
 
   private ChpartOptions(Map<String, String> given) {
     List<String> problems = new ArrayList<>();
@@ -109,6 +127,13 @@ final class ChpartOptions implements Serializable {
     String winners = plain.get("winners_path");
     winnersPath = winners == null ? null : new File(winners).getAbsolutePath();
     this.env = Map.copyOf(env);
+    overwrite = choice("overwrite", plain.getOrDefault("overwrite", "partitions"), OVERWRITES, problems);
+    engine = plain.getOrDefault("engine", "MergeTree");
+    orderBy = plain.get("order_by");
+    partitionBy = plain.get("partition_by");
+    primaryKey = plain.get("primary_key");
+    settings = plain.get("settings");
+    layout = choice("layout", plain.getOrDefault("layout", "table"), LAYOUTS, problems);
     if (!problems.isEmpty()) {
       throw new IllegalArgumentException("chpart data source: " + String.join("; ", problems));
     }
@@ -139,6 +164,18 @@ final class ChpartOptions implements Serializable {
       into.keySet().removeIf(k -> k.equalsIgnoreCase(finalKey));
       into.put(key, e.getValue());
     }
+  }
+
+  String database() {
+    return table.substring(0, table.indexOf('.'));
+  }
+
+  String tableName() {
+    return table.substring(table.indexOf('.') + 1);
+  }
+
+  ClickHouseHttp clickhouse() {
+    return new ClickHouseHttp(config, env);
   }
 
   Chpart cli() {

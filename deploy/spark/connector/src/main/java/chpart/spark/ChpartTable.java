@@ -18,10 +18,27 @@ import org.apache.spark.sql.types.StructType;
 final class ChpartTable implements SupportsWrite {
   private final StructType schema;
   private final Map<String, String> properties;
+  /**
+   * A table of ChpartCatalog: no columns of its own, any query schema is written (chpart checks it
+   * against the real table); else the schema Spark gave, which Spark resolves the query against.
+   */
+  private final boolean fromCatalog;
+  /** The catalog deferred the CREATE TABLE to the write (ChpartCatalog#createTable). */
+  private final boolean createOnWrite;
 
   ChpartTable(StructType schema, Map<String, String> properties) {
+    this(schema, properties, false, false);
+  }
+
+  private ChpartTable(StructType schema, Map<String, String> properties, boolean fromCatalog, boolean createOnWrite) {
     this.schema = schema;
     this.properties = Map.copyOf(properties);
+    this.fromCatalog = fromCatalog;
+    this.createOnWrite = createOnWrite;
+  }
+
+  static ChpartTable ofCatalog(Map<String, String> properties, boolean createOnWrite) {
+    return new ChpartTable(new StructType(), properties, true, createOnWrite);
   }
 
   @Override
@@ -52,8 +69,12 @@ final class ChpartTable implements SupportsWrite {
 
   @Override
   public Set<TableCapability> capabilities() {
-    // TRUNCATE and the OVERWRITE_* capabilities only let the overwrite paths reach the builder,
-    // which refuses them by name (ChpartWriteBuilder) instead of Spark's generic message.
+    // TRUNCATE and OVERWRITE_*: Spark's overwrite paths, which map to chpart's replace mode
+    // (ChpartWriteBuilder).
+    if (fromCatalog) {
+      return Set.of(TableCapability.BATCH_WRITE, TableCapability.TRUNCATE, TableCapability.OVERWRITE_BY_FILTER,
+          TableCapability.OVERWRITE_DYNAMIC, TableCapability.ACCEPT_ANY_SCHEMA);
+    }
     return Set.of(TableCapability.BATCH_WRITE, TableCapability.TRUNCATE,
         TableCapability.OVERWRITE_BY_FILTER, TableCapability.OVERWRITE_DYNAMIC);
   }
@@ -61,6 +82,6 @@ final class ChpartTable implements SupportsWrite {
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
     ChpartOptions options = ChpartOptions.of(properties, info.options().asCaseSensitiveMap());
-    return new ChpartWriteBuilder(options, info);
+    return new ChpartWriteBuilder(options, info, createOnWrite);
   }
 }

@@ -1,25 +1,40 @@
 package chpart.spark;
 
+import org.apache.spark.sql.connector.distributions.Distribution;
+import org.apache.spark.sql.connector.expressions.SortOrder;
 import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.write.BatchWrite;
+import org.apache.spark.sql.connector.write.RequiresDistributionAndOrdering;
 import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.types.StructType;
 
 /** One logical write: an exactly-once chpart load of the query's rows into the table. */
-final class ChpartWrite implements Write {
+final class ChpartWrite implements Write, RequiresDistributionAndOrdering {
   private final ChpartOptions options;
   private final StructType schema;
   private final String queryId;
   private final String mode;
   private final ChpartBatchWrite.DriverMetrics metrics = new ChpartBatchWrite.DriverMetrics();
+  private final Layout layout;
 
   /** @param mode chpart's load mode ({@code append}; {@code replace} once overwrite maps to it) */
-  ChpartWrite(ChpartOptions options, StructType schema, String queryId, String mode) {
+  ChpartWrite(ChpartOptions options, StructType schema, String queryId, String mode, Layout layout) {
+    this.layout = layout;
     this.options = options;
     this.schema = schema;
     this.queryId = queryId;
     this.mode = mode;
+  }
+
+  @Override
+  public Distribution requiredDistribution() {
+    return layout.distribution;
+  }
+
+  @Override
+  public SortOrder[] requiredOrdering() {
+    return layout.ordering;
   }
 
   @Override

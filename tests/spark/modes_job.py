@@ -1,0 +1,189 @@
+"""The driver of the save-mode and layout tests (test_spark_modes.py): a local Spark session
+with the JVM connector's jar (it must be on the JVM's classpath when the JVM starts, so each
+scenario runs in a process of its own) doing the scenario's writes through `format("chpart")`.
+Its result, one JSON object, goes to --out; the test checks ClickHouse itself.
+
+  overwrite  append 3 days (load base), mark base-loaded, wait for the test's go file, then
+             mode("overwrite") with new rows for days 0 and 1 only (load replace)
+  create     errorifexists into a table that does not exist (created from the options), then
+             the same write again (refused: the table exists now); ignore into another missing
+             table (created and loaded)
+  existing   errorifexists (refused) and ignore (nothing written) into a table the test made
+  layout     the same round-robin rows with the table's layout (clustered) and without (plain)
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from conftest import spark_builder  # noqa: E402
+from datasets import events, spark_day_condition  # noqa: E402
+
+import chpart_spark  # noqa: E402
+
+
+def wait_for(path, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {seconds}s")
+        time.sleep(0.05)
+
+
+def checksum(df):
+    c = chpart_spark.spark_checksum(df)
+    return {"rows": c.rows, "sum": str(c.total)}
+
+
+def day_checksums(df, days):
+    return {str(d): checksum(df.where(spark_day_condition(d))) for d in days}
+
+
+def writer(df, args, mode, load, **options):
+    w = (df.write.format("chpart").mode(mode).option("table", args.table).option("config", args.config)
+         .option("chpart", args.chpart).option("load", load))
+    for key, value in options.items():
+        w = w.option(key, value)
+    return w
+
+
+def attempt(step):
+    """Runs step(); None, or the error's text (Spark's, with chpart's message in it)."""
+    try:
+        step()
+        return None
+    except Exception as e:  # noqa: BLE001 - the scenario reports it, the test judges it
+        return f"{type(e).__name__}: {e}"
+
+
+def scenario_overwrite(args, spark, result):
+    base = events(spark, args.rows, partitions=3, days=3)
+    result["base"] = day_checksums(base, range(3))
+    writer(base, args, "append", "base").save()
+    open(os.path.join(args.work, "base-loaded"), "w").close()
+    wait_for(os.path.join(args.work, "go"))
+    new = events(spark, args.rows, partitions=3, days=2, first_id=10_000_000, amount_scale=2.0)
+    result["new"] = day_checksums(new, range(2))
+    # A whole-table overwrite is refused before anything runs.
+    result["overwrite_table_error"] = attempt(
+        lambda: writer(new, args, "overwrite", "replace-table", overwrite="table").save())
+    started = time.time()
+    writer(new, args, "overwrite", "replace").save()
+    result["replace_seconds"] = [started, time.time()]
+
+
+CREATE_OPTIONS = {"engine": "MergeTree", "order_by": "(kind, id)", "partition_by": "toYYYYMMDD(ts)",
+                  "settings": "index_granularity = 4096"}
+
+
+def typed_events(spark, rows):
+    """events() plus columns of the other mapped types (int, date, decimal, binary-free)."""
+    from pyspark.sql import functions as F
+
+    return (events(spark, rows, partitions=3, days=3)
+            .withColumn("n", (F.col("id") % 1000).cast("int"))
+            .withColumn("day", F.to_date(F.col("ts")))
+            .withColumn("price", (F.col("id") % 100000 / F.lit(100)).cast("decimal(12,2)"))
+            .withColumn("note", F.when(F.col("id") % 5 == 0, F.lit(None)).otherwise(F.lit("x"))))
+
+
+def scenario_create(args, spark, result):
+    from pyspark.sql import functions as F
+
+    # The sorting and partition key columns must not be NULL (ClickHouse: allow_nullable_key = 0),
+    # and Spark's nullability is the column's: coalesce makes them non-nullable.
+    df = (typed_events(spark, args.rows).withColumn("kind", F.coalesce(F.col("kind"), F.lit("")))
+          .withColumn("ts", F.coalesce(F.col("ts"), F.timestamp_micros(F.lit(0)))))
+    result["schema"] = df.schema.simpleString()
+    result["nullable"] = {f.name: f.nullable for f in df.schema.fields}
+    result["source"] = checksum(df)
+    result["error"] = attempt(lambda: writer(df, args, "errorifexists", "create", **CREATE_OPTIONS).save())
+    result["again_error"] = attempt(lambda: writer(df, args, "errorifexists", "create-again", **CREATE_OPTIONS).save())
+    # ignore creates a missing table too
+    result["ignore_error"] = attempt(
+        lambda: writer(df, args, "ignore", "create-ignore", **CREATE_OPTIONS).option("table", args.table + "_ignore").save())
+
+
+def scenario_existing(args, spark, result):
+    df = events(spark, args.rows, partitions=3, days=3)
+    result["errorifexists_error"] = attempt(lambda: writer(df, args, "errorifexists", "refused").save())
+    result["default_mode_error"] = attempt(
+        lambda: (df.write.format("chpart").option("table", args.table).option("config", args.config)
+                 .option("chpart", args.chpart).option("load", "default-mode").save()))
+    result["ignore_error"] = attempt(lambda: writer(df, args, "ignore", "ignored").save())
+
+
+def scenario_layout(args, spark, result):
+    """The same rows, dealt round-robin over 4 tasks (every task holds every day), written
+    three times: with the table's layout into db.events, with layout=none into db.events_plain,
+    and with the layout into db.events_by_kind (partitioned by a plain column)."""
+    df = events(spark, args.rows, partitions=4, days=3).repartition(4)
+    result["source"] = checksum(df)
+    # With AQE's coalescing (Spark's default) these few rows end in one task after the layout's
+    # shuffle; kept at spark.sql.shuffle.partitions (4) the layout has tasks to spread over.
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    writer(df, args, "append", "clustered").save()
+    w = writer(df, args, "append", "plain", layout="none")
+    w.option("table", args.table + "_plain").save()
+    writer(df, args, "append", "by-kind").option("table", args.table + "_by_kind").save()
+
+
+def scenario_catalog(args, spark, result):
+    """The catalog registered by hand: df.writeTo("chpart.db.events").append() of 3 days, then
+    SQL INSERT OVERWRITE chpart.db.events with new rows of day 1 only."""
+    spark.conf.set("spark.sql.catalog.chpart", "chpart.spark.ChpartCatalog")
+    spark.conf.set("spark.sql.catalog.chpart.config", args.config)
+    spark.conf.set("spark.sql.catalog.chpart.chpart", args.chpart)
+    base = events(spark, args.rows, partitions=3, days=3)
+    result["base"] = day_checksums(base, range(3))
+    base.writeTo("chpart." + args.table).option("load", "write-to").append()
+    new = events(spark, args.rows // 3, partitions=2, days=1, first_day=1, first_id=10_000_000, amount_scale=3.0)
+    result["new"] = day_checksums(new, [1])
+    new.createOrReplaceTempView("new_rows")
+    spark.sql(f"INSERT OVERWRITE chpart.{args.table} SELECT * FROM new_rows")
+    result["missing_error"] = attempt(lambda: base.writeTo("chpart.db.nope").option("load", "nope").append())
+
+
+SCENARIOS = {"catalog": scenario_catalog, "overwrite": scenario_overwrite, "create": scenario_create, "existing": scenario_existing,
+             "layout": scenario_layout}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    p.add_argument("--jar", required=True)
+    p.add_argument("--config", required=True)
+    p.add_argument("--chpart", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--rows", type=int, required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    events_dir = os.path.join(args.work, "spark-events")
+    os.makedirs(events_dir, exist_ok=True)
+    builder = (spark_builder("local[2,4]", events_dir, f"chpart-{args.scenario}")
+               .config("spark.jars", args.jar)
+               .config("spark.local.dir", os.path.join(args.work, "spark-local")))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    result = {"scenario": args.scenario, "application_id": spark.sparkContext.applicationId}
+    try:
+        SCENARIOS[args.scenario](args, spark, result)
+        result["ok"] = True
+    except Exception:  # noqa: BLE001 - reported to the test with the traceback
+        result["traceback"] = traceback.format_exc()
+    finally:
+        with open(args.out, "w") as f:
+            json.dump(result, f)
+        spark.stop()
+    sys.exit(0 if result.get("ok") else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The driver of test_spark_streaming.py: a Structured Streaming query over a directory of
+Parquet files (one file per micro-batch) whose sink is `chpart_spark.foreach_batch`, run with
+`trigger(availableNow=True)` from its checkpoint. Every batch the sink finished is appended to
+`<work>/batches.jsonl` (batch id, load id, the write's summary).
+
+Faults (each once per test, claimed by an O_EXCL marker in <work>, so a restart runs clean):
+  --kill-after-commit B  SIGKILL this driver's process group right after batch B's load was
+                         committed, before Spark records the batch: the restart replays it
+  --kill-in-build B      SIGKILL it from inside batch B's task, after its chpart build
+                         published its parts and before the load is committed
+  --jar JAR              the sink writes through the JVM connector (no --kill-in-build then)
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from conftest import spark_builder  # noqa: E402
+
+import chpart_spark  # noqa: E402
+
+SCHEMA = "id BIGINT, ts TIMESTAMP, user STRING, kind STRING, amount DOUBLE, flag BOOLEAN"
+
+
+def claim(path):
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for name in ("--input", "--work", "--config", "--chpart", "--table"):
+        p.add_argument(name, required=True)
+    p.add_argument("--kill-after-commit", type=int)
+    p.add_argument("--kill-in-build", type=int)
+    p.add_argument("--jar", help="write through the JVM connector (foreach_batch(connector=True))")
+    args = p.parse_args()
+    # The process group to kill, also from inside a task (Python workers inherit the variable).
+    os.environ["STREAM_TEST_PGID"] = str(os.getpgrp())
+    events_dir = os.path.join(args.work, "spark-events")
+    os.makedirs(events_dir, exist_ok=True)
+    builder = spark_builder("local[2,4]", events_dir, "chpart-streaming").config(
+        "spark.local.dir", os.path.join(args.work, "spark-local"))
+    if args.jar:
+        builder = builder.config("spark.jars", args.jar)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    log_path = os.path.join(args.work, "batches.jsonl")
+    build_marker = os.path.join(args.work, "killed-in-build")
+
+    def after_build(ctx, manifest):
+        if args.kill_in_build is not None and manifest["load"].endswith(f".{args.kill_in_build}") \
+                and claim(build_marker):
+            os.killpg(int(os.environ["STREAM_TEST_PGID"]), signal.SIGKILL)
+
+    def on_batch(batch_id, load, summary):
+        with open(log_path, "a") as f:
+            f.write(json.dumps({"batch": batch_id, "load": load, "summary": summary}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if batch_id == args.kill_after_commit and claim(os.path.join(args.work, "killed-after-commit")):
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    if args.jar:
+        if args.kill_in_build is not None:
+            raise SystemExit("--kill-in-build needs chpart_spark.write's _after_build hook, not the connector")
+        sink = chpart_spark.foreach_batch(args.table, args.config, chpart=args.chpart, on_batch=on_batch,
+                                          connector=True)
+    else:
+        sink = chpart_spark.foreach_batch(args.table, args.config, chpart=args.chpart, on_batch=on_batch,
+                                          _after_build=after_build)
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(args.input)
+    query = (stream.writeStream.foreachBatch(sink).option("checkpointLocation", os.path.join(args.work, "checkpoint"))
+             .trigger(availableNow=True).start())
+    with open(os.path.join(args.work, "query-ids.jsonl"), "a") as f:
+        f.write(json.dumps({"id": str(query.id), "run_id": str(query.runId)}) + "\n")
+    query.awaitTermination()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,306 @@
+"""Save modes of the JVM connector (`format("chpart")`) under real Spark 4.3 against a real
+ClickHouse 26.9 engine (README, "Save modes"):
+
+- overwrite replaces exactly the table partitions the rows fall into, each atomically, while a
+  reader polls the table: every read sees, per partition, the old rows or the new ones, never a
+  mix, and the partition the write has no rows for is never touched;
+- errorifexists creates the missing table from the options and the Spark schema (the type
+  mapping), then loads exactly once; once the table exists the same write is refused;
+- errorifexists (also Spark's default mode) on an existing table is refused before anything is
+  written, and ignore writes nothing.
+
+Each scenario's driver is tests/spark/modes_job.py, in a process of its own (the jar must be on
+the JVM's classpath from its start).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import chpart_spark
+from datasets import create_table_sql, day_id
+from helpers import assert_exactly_once, assert_gc_leaves_nothing, load_status
+from scenarios import TABLE, run_logged
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROWS = 30_000
+DRIVER_TIMEOUT = 300
+
+
+def start_driver(tmp_path, scenario, config, chpart, jar, rows=ROWS):
+    work = tmp_path / scenario
+    work.mkdir()
+    out = work / "result.json"
+    argv = [sys.executable, os.path.join(HERE, "modes_job.py"), "--scenario", scenario, "--jar", jar,
+            "--config", config, "--chpart", chpart, "--table", TABLE, "--rows", str(rows), "--work", str(work),
+            "--out", str(out)]
+    return work, out, argv
+
+
+def result_of(work, out, returncode):
+    log = (work / "driver.log").read_text()
+    result = json.loads(out.read_text()) if out.exists() else {}
+    if returncode != 0 or not result.get("ok"):
+        pytest.fail(f"the driver failed (exit {returncode}): {result.get('traceback')}\n{log[-6000:]}",
+                    pytrace=False)
+    return result, log
+
+
+def run_driver(tmp_path, scenario, config, chpart, jar):
+    work, out, argv = start_driver(tmp_path, scenario, config, chpart, jar)
+    returncode = run_logged(argv, work / "driver.log", DRIVER_TIMEOUT, f"the {scenario} driver")
+    return result_of(work, out, returncode)
+
+
+def checksum(c):
+    return chpart_spark.Checksum(c["rows"], int(c["sum"]))
+
+
+def day_where(day):
+    return f"toYYYYMMDD(ts) = {day_id(day)}"
+
+
+SNAPSHOT = (f"SELECT toYYYYMMDD(ts) AS d, count(), sum(cityHash64(id, user, amount)) FROM {TABLE} "
+            "GROUP BY d ORDER BY d FORMAT TabSeparated")
+
+
+def snapshot(clickhouse):
+    """One read of the table: per partition (toYYYYMMDD), its rows and a hash sum."""
+    return {line.split("\t")[0]: tuple(line.split("\t")[1:])
+            for line in clickhouse.query(SNAPSHOT).splitlines() if line.strip()}
+
+
+def test_overwrite_replaces_exactly_the_partitions_written_while_a_reader_polls(clickhouse, chpart_config,
+                                                                                 chpart_bin, connector_jar,
+                                                                                 tmp_path):
+    """Three days appended (load base); then mode("overwrite") of new rows for days 0 and 1
+    (load replace) while a thread reads the table as fast as it can. Every read: day 2 exactly
+    as before; days 0 and 1 each exactly old or exactly new. After: days 0, 1 hold exactly the
+    new source rows, day 2 the old ones; option overwrite=table was refused before it ran."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    work, out, argv = start_driver(tmp_path, "overwrite", chpart_config, chpart_bin, connector_jar)
+    log = open(work / "driver.log", "w")
+    proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    try:
+        deadline = time.monotonic() + DRIVER_TIMEOUT
+        while not (work / "base-loaded").exists():
+            assert proc.poll() is None, f"the driver ended before the base load:\n{(work / 'driver.log').read_text()[-6000:]}"
+            assert time.monotonic() < deadline, "the base load took too long"
+            time.sleep(0.1)
+        old = snapshot(clickhouse)
+        assert sorted(old) == [day_id(d) for d in range(3)], old
+
+        reads, stop = [], threading.Event()
+
+        def reader():
+            while not stop.is_set():
+                reads.append((time.time(), snapshot(clickhouse)))
+
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        (work / "go").touch()
+        returncode = proc.wait(max(1, deadline - time.monotonic()))
+        time.sleep(0.5)  # a few reads after the end too
+        stop.set()
+        thread.join(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    result, _ = result_of(work, out, returncode)
+
+    new = snapshot(clickhouse)
+    assert new[day_id(2)] == old[day_id(2)] and new[day_id(0)] != old[day_id(0)] and new[day_id(1)] != old[day_id(1)], \
+        (old, new)
+    started, ended = result["replace_seconds"]
+    during = [s for t, s in reads if started <= t <= ended]
+    assert len(reads) >= 20 and len(during) >= 5, f"too few reads to judge: {len(reads)} ({len(during)} during)"
+    seen = set()
+    for t, s in reads:
+        assert sorted(s) == [day_id(d) for d in range(3)], f"a read at {t} misses a partition: {s}"
+        assert s[day_id(2)] == old[day_id(2)], f"a read at {t} saw the untouched day 2 change: {s} vs {old}"
+        for d in (0, 1):
+            state = s[day_id(d)]
+            assert state in (old[day_id(d)], new[day_id(d)]), \
+                f"a read at {t} saw day {d} neither old nor new (a mix): {state}; old {old}, new {new}"
+            seen.add((d, "old" if state == old[day_id(d)] else "new"))
+    assert {(0, "new"), (1, "new")} <= seen, seen
+    print(f"overwrite: {len(reads)} reads, {len(during)} during the replace write, states seen {sorted(seen)}")
+
+    # Exactly the sources: new rows in days 0 and 1, the base's in day 2.
+    for d in (0, 1):
+        assert_exactly_once(clickhouse, TABLE, checksum(result["new"][str(d)]), where=day_where(d))
+    assert_exactly_once(clickhouse, TABLE, checksum(result["base"]["2"]), where=day_where(2))
+    err = result["overwrite_table_error"]
+    assert err and "option overwrite=table (replace the whole table) is refused" in err, err
+    assert [e["load"] for e in chpart_spark.status(chpart_config, chpart=chpart_bin)] \
+        and "replace-table" not in {e["load"] for e in chpart_spark.status(chpart_config, chpart=chpart_bin)}
+    entry = load_status(chpart_config, chpart_bin, "replace")
+    assert entry["state"] == "committed" and entry["mode"] == "replace", entry
+    for load in ("base", "replace"):
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
+    assert snapshot(clickhouse) == new
+
+
+def test_errorifexists_creates_the_table_then_loads_exactly_once(clickhouse, chpart_config, chpart_bin,
+                                                               connector_jar, tmp_path):
+    """mode("errorifexists") into db.events, which does not exist: the connector creates it
+    (engine, ORDER BY, PARTITION BY, SETTINGS from the options; column types from the Spark
+    schema by the README's mapping), loads the rows exactly once; the same write again is
+    refused by Spark (the table exists) and begins no load; mode("ignore") into another
+    missing table creates and loads it too."""
+    clickhouse.query("CREATE DATABASE db")
+    result, log = run_driver(tmp_path, "create", chpart_config, chpart_bin, connector_jar)
+    assert result["error"] is None, result["error"]
+    columns = {r["name"]: r["type"] for r in clickhouse.rows(
+        "SELECT name, type FROM system.columns WHERE database = 'db' AND table = 'events' ORDER BY position")}
+    # The README's mapping: bigint, timestamp, string, double, boolean, int, date, decimal(p,s);
+    # a column Spark calls nullable is Nullable(...), the key columns are not.
+    mapped = {"id": "Int64", "ts": "DateTime64(6, 'UTC')", "user": "String", "kind": "String", "amount": "Float64",
+              "flag": "Bool", "n": "Int32", "day": "Date32", "price": "Decimal(12, 2)", "note": "String"}
+    nullable = result["nullable"]
+    assert not (nullable["id"] or nullable["ts"] or nullable["kind"]) and nullable["amount"] and nullable["note"], \
+        result["schema"]
+    expected = {name: f"Nullable({t})" if nullable[name] else t for name, t in mapped.items()}
+    assert columns == expected, (columns, result["schema"])
+    [table] = clickhouse.rows("SELECT engine, partition_key, sorting_key, engine_full FROM system.tables "
+                              "WHERE database = 'db' AND name = 'events'")
+    assert (table["engine"], table["partition_key"], table["sorting_key"]) == ("MergeTree", "toYYYYMMDD(ts)", "kind, id"), table
+    assert "index_granularity = 4096" in table["engine_full"], table
+    source = checksum(result["source"])
+    names = ", ".join(columns)
+    loaded = chpart_spark.clickhouse_checksum(clickhouse.url, f"SELECT {names} FROM {TABLE}")
+    assert loaded == source, (loaded, source)
+    assert int(clickhouse.scalar(f"SELECT count() FROM {TABLE}")) == ROWS
+    entry = load_status(chpart_config, chpart_bin, "create")
+    assert entry["state"] == "committed" and entry["rows"] == ROWS, entry
+
+    again = result["again_error"]
+    assert again and "TABLE_OR_VIEW_ALREADY_EXISTS" in again, again
+    assert "create-again" not in {e["load"] for e in chpart_spark.status(chpart_config, chpart=chpart_bin)}
+    assert loaded == chpart_spark.clickhouse_checksum(clickhouse.url, f"SELECT {names} FROM {TABLE}")
+    # mode("ignore") into a missing table creates and loads it the same way.
+    assert result["ignore_error"] is None, result["ignore_error"]
+    ignored = clickhouse.rows("SELECT name, type FROM system.columns WHERE database = 'db' AND table = 'events_ignore' "
+                              "ORDER BY position")
+    assert {r["name"]: r["type"] for r in ignored} == expected, ignored
+    assert chpart_spark.clickhouse_checksum(clickhouse.url, f"SELECT {names} FROM {TABLE}_ignore") == source
+    for load in ("create", "create-ignore"):
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
+
+
+def test_errorifexists_refuses_and_ignore_skips_an_existing_table(clickhouse, chpart_config, chpart_bin,
+                                                                   connector_jar, tmp_path):
+    """db.events exists with rows INSERTed by ClickHouse: mode("errorifexists") and Spark's
+    default mode are refused before anything runs (no chpart load begins, no part is built),
+    mode("ignore") writes nothing; the table is as it was."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    clickhouse.query(f"INSERT INTO {TABLE} SELECT number, toDateTime64('2026-01-01 00:00:00', 6, 'UTC') + number, "
+                     "'u', 'view', number / 2, number % 2 FROM numbers(1000)")
+    before = snapshot(clickhouse)
+    result, log = run_driver(tmp_path, "existing", chpart_config, chpart_bin, connector_jar)
+    for key in ("errorifexists_error", "default_mode_error"):
+        assert result[key] and "TABLE_OR_VIEW_ALREADY_EXISTS" in result[key], (key, result[key])
+    assert result["ignore_error"] is None, result["ignore_error"]
+    assert snapshot(clickhouse) == before
+    # Nothing of chpart ran: no load in the ledger, nothing detached, no staging.
+    loads = chpart_spark.status(chpart_config, chpart=chpart_bin)
+    assert loads == [], loads
+    assert clickhouse.rows("SELECT name FROM system.detached_parts WHERE database = 'db'") == []
+    staging = clickhouse.staging_root
+    assert not staging.exists() or list(staging.iterdir()) == [], list(staging.iterdir())
+    assert "chpart build" not in log and "opened on" not in log, log[-3000:]
+
+
+def winners_partitions(clickhouse, config, chpart, load):
+    """Per winning attempt of `load`: the table partition of each part it built (its manifest,
+    still in staging until gc)."""
+    entry = load_status(config, chpart, load)
+    out = {}
+    for _, attempt in entry["winners"]:
+        path = clickhouse.staging_root / load / attempt / "manifest.json"
+        manifest = json.loads(path.read_text())
+        out[attempt] = [p["partition_id"] for p in manifest["parts"]]
+    return out
+
+
+def parts_per_partition(clickhouse, table):
+    return {r["partition_id"]: int(r["parts"]) for r in clickhouse.rows(
+        f"SELECT partition_id, count() AS parts FROM system.parts WHERE database = 'db' AND table = '{table}' "
+        "AND active GROUP BY partition_id ORDER BY partition_id")}
+
+
+def test_layout_clusters_each_table_partition_into_few_tasks(clickhouse, chpart_config, chpart_bin, connector_jar,
+                                                             tmp_path):
+    """Rows of 3 days dealt round-robin over 4 Spark tasks, loaded into two tables with the same
+    definition (PARTITION BY toYYYYMMDD(ts) ORDER BY (kind, id)), merges stopped so that the
+    parts are the ones the tasks built: with the connector's layout (Spark range-partitions by
+    ts, the column of the partition key, and sorts each task by kind, id) every task builds one
+    part per table partition it holds and each day is in at most two tasks; with layout=none
+    every task holds every day, so each partition gets one part per task (4). Into a third
+    table PARTITION BY kind (a plain column) Spark clusters by kind: one part per partition."""
+    clickhouse.query("CREATE DATABASE db")
+    for table in (TABLE, TABLE + "_plain"):
+        clickhouse.query(create_table_sql(table))
+        clickhouse.query(f"SYSTEM STOP MERGES {table}")
+    clickhouse.query(create_table_sql(TABLE + "_by_kind").replace("PARTITION BY toYYYYMMDD(ts) ORDER BY (kind, id)",
+                                                                 "PARTITION BY kind ORDER BY (ts, id)"))
+    clickhouse.query(f"SYSTEM STOP MERGES {TABLE}_by_kind")
+    result, _ = run_driver(tmp_path, "layout", chpart_config, chpart_bin, connector_jar)
+    source = checksum(result["source"])
+    assert_exactly_once(clickhouse, TABLE, source)
+    assert_exactly_once(clickhouse, TABLE + "_plain", source)
+
+    days = [day_id(d) for d in range(3)]
+    clustered = winners_partitions(clickhouse, chpart_config, chpart_bin, "clustered")
+    plain = winners_partitions(clickhouse, chpart_config, chpart_bin, "plain")
+    assert len(clustered) == len(plain) == 4, (clustered, plain)
+    for attempt, partitions in clustered.items():
+        assert len(partitions) == len(set(partitions)), f"{attempt} built two parts of one partition: {partitions}"
+    assert all(sorted(p) == days for p in plain.values()), plain
+    per_partition = parts_per_partition(clickhouse, "events")
+    per_partition_plain = parts_per_partition(clickhouse, "events_plain")
+    assert sorted(per_partition) == days and sorted(per_partition_plain) == days, (per_partition, per_partition_plain)
+    assert per_partition_plain == {d: 4 for d in days}, per_partition_plain
+    assert all(n <= 2 for n in per_partition.values()), per_partition
+    assert sum(per_partition.values()) == sum(len(p) for p in clustered.values()), (per_partition, clustered)
+    # PARTITION BY kind, a plain column: Spark clusters by it, so each kind is in one task.
+    assert_exactly_once(clickhouse, TABLE + "_by_kind", source)
+    by_kind = parts_per_partition(clickhouse, "events_by_kind")
+    assert len(by_kind) == 4 and all(n == 1 for n in by_kind.values()), by_kind
+    by_kind_tasks = winners_partitions(clickhouse, chpart_config, chpart_bin, "by-kind")
+    assert sum(len(p) for p in by_kind_tasks.values()) == 4, by_kind_tasks
+    print(f"layout: parts per table partition, clustered {per_partition} (tasks: {sorted(clustered.values())}), "
+          f"layout=none {per_partition_plain}, PARTITION BY kind {by_kind}")
+    for load in ("clustered", "plain", "by-kind"):
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
+
+
+def test_a_registered_catalog_takes_write_to_and_sql_insert_overwrite(clickhouse, chpart_config, chpart_bin,
+                                                                     connector_jar, tmp_path):
+    """spark.sql.catalog.chpart = chpart.spark.ChpartCatalog (with its config): df.writeTo(
+    "chpart.db.events").append() loads 3 days; SQL INSERT OVERWRITE chpart.db.events with rows
+    of day 1 replaces day 1 only (chpart's replace mode) and keeps days 0 and 2; a table that
+    does not exist is Spark's TABLE_OR_VIEW_NOT_FOUND."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    result, _ = run_driver(tmp_path, "catalog", chpart_config, chpart_bin, connector_jar)
+    for d in (0, 2):
+        assert_exactly_once(clickhouse, TABLE, checksum(result["base"][str(d)]), where=day_where(d))
+    assert_exactly_once(clickhouse, TABLE, checksum(result["new"]["1"]), where=day_where(1))
+    loads = {e["load"]: e for e in chpart_spark.status(chpart_config, chpart=chpart_bin)}
+    assert loads["write-to"]["state"] == "committed" and loads["write-to"]["mode"] == "append", loads
+    [replace] = [e for name, e in loads.items() if name != "write-to"]
+    assert replace["state"] == "committed" and replace["mode"] == "replace", replace
+    assert result["missing_error"] and "TABLE_OR_VIEW_NOT_FOUND" in result["missing_error"], result["missing_error"]
+    for load in loads:
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)

@@ -1,0 +1,101 @@
+"""Structured Streaming through `chpart_spark.foreach_batch` (README, "Structured Streaming"):
+a real streaming query over Parquet files, killed twice and restarted from its checkpoint,
+loads every row exactly once."""
+
+import json
+import os
+import sys
+
+from datasets import create_table_sql, write_events_parquet
+from helpers import assert_exactly_once, assert_gc_leaves_nothing
+from scenarios import TABLE, run_logged
+
+import chpart_spark
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FILES = 6
+ROWS = 12_000
+TIMEOUT = 300
+
+
+def test_streaming_query_killed_and_restarted_mid_batch_loads_every_row_once(clickhouse, chpart_config, chpart_bin,
+                                                                             tmp_path):
+    """Six Parquet files, one micro-batch each (maxFilesPerTrigger 1, availableNow), sink
+    foreach_batch (load `<query id>.<batch id>`). Run 1 is SIGKILLed right after batch 1's
+    load was committed, before Spark recorded the batch; run 2 replays batch 1 (already
+    committed: nothing done) and is SIGKILLed inside batch 3's task after its build published;
+    run 3 replays batch 3 (the load is open: new attempts build and win) and finishes. The
+    table holds every source row once; every batch is one committed load of the query's id."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    source = write_events_parquet(tmp_path / "input", ROWS, files=FILES)
+    work = tmp_path / "stream"
+    work.mkdir()
+    argv = [sys.executable, os.path.join(HERE, "streaming_job.py"), "--input", str(tmp_path / "input"), "--work",
+            str(work), "--config", chpart_config, "--chpart", chpart_bin, "--table", TABLE,
+            "--kill-after-commit", "1", "--kill-in-build", "3"]
+    codes = []
+    for run in range(3):
+        codes.append(run_logged(argv, tmp_path / f"stream-run-{run}.log", TIMEOUT, f"streaming run {run}"))
+    logs = "\n".join((tmp_path / f"stream-run-{run}.log").read_text()[-3000:] for run in range(3))
+    assert codes == [-9, -9, 0], (codes, logs)
+    assert (work / "killed-after-commit").exists() and (work / "killed-in-build").exists()
+
+    ids = [json.loads(line) for line in (work / "query-ids.jsonl").read_text().splitlines()]
+    assert len(ids) == 3 and len({i["id"] for i in ids}) == 1 and len({i["run_id"] for i in ids}) == 3, ids
+    query_id = ids[0]["id"]
+    batches = [json.loads(line) for line in (work / "batches.jsonl").read_text().splitlines()]
+    # Batch 1 twice (the replay did nothing), batch 3 once (its first run died before on_batch).
+    assert [b["batch"] for b in batches] == [0, 1, 1, 2, 3, 4, 5], batches
+    assert all(b["load"] == f"{query_id}.{b['batch']}" for b in batches), batches
+    first, replay = batches[1]["summary"], batches[2]["summary"]
+    assert not first["already_committed"] and replay["already_committed"], (first, replay)
+    assert replay["application_id"] != first["application_id"], (first, replay)
+
+    assert_exactly_once(clickhouse, TABLE, source)
+    loads = {e["load"]: e for e in chpart_spark.status(chpart_config, chpart=chpart_bin)}
+    assert sorted(loads) == sorted(f"{query_id}.{b}" for b in range(FILES)), sorted(loads)
+    assert all(e["state"] == "committed" for e in loads.values()), loads
+    assert sum(e["rows"] for e in loads.values()) == ROWS, loads
+    # Batch 3's first attempt published, then its driver died: a loser; the replay's attempt won.
+    batch3 = loads[f"{query_id}.3"]
+    losers = [a for a in batch3["attempts"] if not a["won"]]
+    assert losers and any(a["completed"] for a in losers), batch3
+    for load in loads:
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
+    assert_exactly_once(clickhouse, TABLE, source)
+
+
+def test_streaming_through_the_connector_replays_a_committed_batch_as_a_no_op(clickhouse, chpart_config,
+                                                                             chpart_bin, connector_jar, tmp_path):
+    """The same stream with foreach_batch(connector=True) (format("chpart"), option load
+    `<query id>.<batch id>`): run 1 is SIGKILLed right after batch 1's load committed, before
+    Spark recorded the batch; run 2 replays batch 1, which the connector finds committed and
+    builds nothing for, then loads the rest. Every row once, one committed load per batch."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    source = write_events_parquet(tmp_path / "input", ROWS, files=FILES)
+    work = tmp_path / "stream"
+    work.mkdir()
+    argv = [sys.executable, os.path.join(HERE, "streaming_job.py"), "--input", str(tmp_path / "input"), "--work",
+            str(work), "--config", chpart_config, "--chpart", chpart_bin, "--table", TABLE,
+            "--kill-after-commit", "1", "--jar", connector_jar]
+    codes = [run_logged(argv, tmp_path / f"stream-run-{run}.log", TIMEOUT, f"streaming run {run}") for run in range(2)]
+    logs = "\n".join((tmp_path / f"stream-run-{run}.log").read_text()[-3000:] for run in range(2))
+    assert codes == [-9, 0], (codes, logs)
+    ids = [json.loads(line) for line in (work / "query-ids.jsonl").read_text().splitlines()]
+    assert len(ids) == 2 and len({i["id"] for i in ids}) == 1, ids
+    query_id = ids[0]["id"]
+    batches = [json.loads(line) for line in (work / "batches.jsonl").read_text().splitlines()]
+    assert [b["batch"] for b in batches] == [0, 1, 1, 2, 3, 4, 5], batches
+    assert all(b["load"] == f"{query_id}.{b['batch']}" for b in batches), batches
+
+    assert_exactly_once(clickhouse, TABLE, source)
+    loads = {e["load"]: e for e in chpart_spark.status(chpart_config, chpart=chpart_bin)}
+    assert sorted(loads) == sorted(f"{query_id}.{b}" for b in range(FILES)), sorted(loads)
+    assert all(e["state"] == "committed" for e in loads.values()), loads
+    # Batch 1 was built once: the replay found it committed and no task built anything.
+    assert len(loads[f"{query_id}.1"]["attempts"]) == 1, loads[f"{query_id}.1"]
+    for load in loads:
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
+    assert_exactly_once(clickhouse, TABLE, source)
