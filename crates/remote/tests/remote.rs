@@ -117,6 +117,33 @@ fn sftp_backend_meets_the_contract() {
     conformance::run_all(&reconnecting, &path_str(&remote), &local);
 }
 
+/// The whole contract holds through the deploy guide's least-privilege `authorized_keys` line
+/// (`restrict,command="internal-sftp"`): chpart needs nothing but the SFTP subsystem. That the
+/// same key cannot run a command is `tests/ssh.rs`'s to show, with the OpenSSH client.
+#[test]
+fn sftp_backend_meets_the_contract_through_an_sftp_only_key() {
+    let sshd = Sshd::start(&[]);
+    let line = sshd.restrict_to_sftp();
+    assert!(
+        line.starts_with("restrict,command=\"internal-sftp\" "),
+        "{line}"
+    );
+    let fs_ = connect(&sshd, "root");
+    let tmp = tempfile::tempdir().unwrap();
+    let remote = tmp.path().join("remote");
+    let local = tmp.path().join("local");
+    fs::create_dir_all(&remote).unwrap();
+    fs::create_dir_all(&local).unwrap();
+    conformance::run_all(&fs_, &path_str(&remote), &local);
+    drop(fs_);
+    let log = fs::read_to_string(sshd.dir.join("sshd.log")).unwrap();
+    assert!(
+        log.contains("forced-command (key-option) 'internal-sftp'"),
+        "the session ran under the restricted line:\n{}",
+        sshd.log()
+    );
+}
+
 /// sshd behind a fault proxy, with a known_hosts that lists its key for the proxy's port.
 fn sftp_through_proxy(sshd: &Sshd, dir: &Path) -> (FaultProxy, SftpConfig) {
     let proxy = FaultProxy::start(([127, 0, 0, 1], sshd.port).into());
