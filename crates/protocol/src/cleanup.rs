@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::Reach;
 use crate::ledger::{body_of, kind, Decision, Entry, GcCheckpoint, LoadSpec, LoadState, LoadView};
 use crate::observe::{reclaim, ClaimCheck};
-use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
+use crate::store::{now_unix_ms, Ledger, LedgerStoreError, LOADS_PER_STATEMENT};
 use crate::FailureKind;
 
 /// One thing gc or abort removes (or, with `--dry-run`, would remove).
@@ -780,11 +780,15 @@ pub async fn status(
         .into_iter()
         .filter(|l| !out.contains_key(l))
         .collect();
-    for (load_id, view) in ledger.views(&rest).await? {
-        let Ok(load) = load_id.parse::<LoadId>() else {
-            continue;
-        };
-        out.insert(load_id, load_status(&places, &load, &view, true).await?);
+    // A few loads' entries in memory at a time (a first status of a large ledger gc has not
+    // been through reads them all).
+    for chunk in rest.chunks(LOADS_PER_STATEMENT) {
+        for (load_id, view) in ledger.views(chunk).await? {
+            let Ok(load) = load_id.parse::<LoadId>() else {
+                continue;
+            };
+            out.insert(load_id, load_status(&places, &load, &view, true).await?);
+        }
     }
     Ok(out.into_values().collect())
 }
@@ -980,64 +984,124 @@ pub async fn gc(
 ) -> Result<GcReport, CleanupError> {
     let looked = std::time::Instant::now();
     let places = Places::new(ledger, reach, fs, staging);
-    let mut report = GcReport {
-        removed: Vec::new(),
-        stale_open: Vec::new(),
-        aborted: Vec::new(),
-        loads_read: 0,
-        loads_done: 0,
+    let mut run = GcRun {
+        older_than_ms,
+        abort_stale,
+        dry_run,
+        roots: StagingRoots::new(&places),
+        pending: Vec::new(),
+        done: Vec::new(),
+        report: GcReport {
+            removed: Vec::new(),
+            stale_open: Vec::new(),
+            aborted: Vec::new(),
+            loads_read: 0,
+            loads_done: 0,
+        },
     };
-    let now = now_unix_ms();
     let unsettled = ledger.unsettled_loads().await?;
-    let views = ledger
-        .views(&unsettled.loads.iter().cloned().collect::<Vec<_>>())
-        .await?;
-    report.loads_read = views.len();
-    let mut roots = StagingRoots::new(&places);
-    let mut pending = Vec::new();
-    let mut done: Vec<(String, String)> = Vec::new();
-    for (load_id, view) in &views {
-        let Ok(load) = load_id.parse::<LoadId>() else {
-            continue;
+    let loads: Vec<String> = unsettled.loads.iter().cloned().collect();
+    // A few loads' entries in memory at a time (the first run over a large ledger reads them
+    // all), and what is done recorded as it goes.
+    for chunk in loads.chunks(LOADS_PER_STATEMENT) {
+        let views = ledger.views(chunk).await?;
+        run.report.loads_read += views.len();
+        run.visit(&places, &views).await?;
+        if !dry_run && run.done.len() >= LOADS_PER_STATEMENT {
+            ledger.record_gc(&run.done, None).await?;
+            run.report.loads_done += run.done.len();
+            run.done.clear();
+        }
+    }
+    let swept = sweep(&places, &run.roots, &unsettled.loads, dry_run).await?;
+    let mut report = run.report;
+    report.loads_read += swept.read;
+    report.removed.extend(swept.removed);
+    if !dry_run {
+        let checkpoint = GcCheckpoint {
+            pending: run.pending,
+            looked_ms_before_written: u64::try_from(looked.elapsed().as_millis())
+                .unwrap_or(u64::MAX),
         };
-        if let Some(spec) = &view.spec {
-            roots.note(&places, spec)?;
-        }
-        if view.gc_done().is_some() {
-            continue; // finished, and everything of it removed: nothing can come back
-        }
-        match (&view.state, &view.spec) {
-            (LoadState::Committed | LoadState::Aborted, Some(spec)) => {
-                let (server, fs, staging) = places.of(spec)?;
-                let cleaned = clean(server.as_ref(), fs.get(), &staging, spec, dry_run).await?;
-                if !cleaned.removed.is_empty() {
-                    report.removed.push((load_id.clone(), cleaned.removed));
+        ledger.record_gc(&run.done, Some(&checkpoint)).await?;
+        report.loads_done += run.done.len();
+    }
+    Ok(report)
+}
+
+/// One gc run: its options and what it found so far.
+struct GcRun {
+    older_than_ms: Option<u64>,
+    abort_stale: bool,
+    dry_run: bool,
+    /// The staging roots of the loads read, for [`sweep`].
+    roots: StagingRoots,
+    /// Loads the checkpoint will list: open ones, and finished ones something had to stay of.
+    pending: Vec<String>,
+    /// Finished loads left with nothing, not yet recorded: `(load, gc_done body)`.
+    done: Vec<(String, String)>,
+    report: GcReport,
+}
+
+impl GcRun {
+    /// Removes (or lists) what the finished loads of `views` left; each one left with nothing
+    /// goes to `done`, open loads and those that kept something to `pending`.
+    async fn visit(
+        &mut self,
+        places: &Places<'_>,
+        views: &BTreeMap<String, LoadView>,
+    ) -> Result<(), CleanupError> {
+        let (ledger, reach, fs, staging) = (places.ledger, places.reach, places.fs, places.staging);
+        let now = now_unix_ms();
+        for (load_id, view) in views {
+            let Ok(load) = load_id.parse::<LoadId>() else {
+                continue;
+            };
+            if let Some(spec) = &view.spec {
+                self.roots.note(places, spec)?;
+            }
+            if view.gc_done().is_some() {
+                continue; // finished, and everything of it removed: nothing can come back
+            }
+            match (&view.state, &view.spec) {
+                (LoadState::Committed | LoadState::Aborted, Some(spec)) => {
+                    let (server, fs, staging) = places.of(spec)?;
+                    let cleaned =
+                        clean(server.as_ref(), fs.get(), &staging, spec, self.dry_run).await?;
+                    if !cleaned.removed.is_empty() {
+                        self.report.removed.push((load_id.clone(), cleaned.removed));
+                    }
+                    if cleaned.kept {
+                        self.pending.push(load_id.clone());
+                    } else {
+                        self.done
+                            .push((load_id.clone(), done_body(places, &load, view).await?));
+                    }
                 }
-                if cleaned.kept {
-                    pending.push(load_id.clone());
-                } else {
-                    done.push((load_id.clone(), done_body(&places, &load, view).await?));
+                // Aborted before it was begun: it never had anything to remove.
+                (LoadState::Committed | LoadState::Aborted, None) => {
+                    self.done
+                        .push((load_id.clone(), done_body(places, &load, view).await?));
                 }
-            }
-            // Aborted before it was begun: it never had anything to remove.
-            (LoadState::Committed | LoadState::Aborted, None) => {
-                done.push((load_id.clone(), done_body(&places, &load, view).await?));
-            }
-            // A shard's sub-load ends with its cluster load, which the branch below aborts.
-            (LoadState::Open, Some(spec)) if spec.shard_of.is_some() => {
-                pending.push(load_id.clone())
-            }
-            (LoadState::Open, spec) => {
-                pending.push(load_id.clone());
-                let Some(spec) = spec else { continue };
-                if older_than_ms.is_some_and(|age| now.saturating_sub(spec.opened_at_unix_ms) > age)
-                {
-                    report.stale_open.push(load_id.clone());
-                    if abort_stale && !dry_run && !commit_made_rows_visible(view)? {
+                // A shard's sub-load ends with its cluster load, which the branch below aborts.
+                (LoadState::Open, Some(spec)) if spec.shard_of.is_some() => {
+                    self.pending.push(load_id.clone())
+                }
+                (LoadState::Open, spec) => {
+                    self.pending.push(load_id.clone());
+                    let Some(spec) = spec else { continue };
+                    let stale = self
+                        .older_than_ms
+                        .is_some_and(|age| now.saturating_sub(spec.opened_at_unix_ms) > age);
+                    if !stale {
+                        continue;
+                    }
+                    self.report.stale_open.push(load_id.clone());
+                    if self.abort_stale && !self.dry_run && !commit_made_rows_visible(view)? {
                         match abort(ledger, reach, fs, staging, &spec.load).await {
                             Ok(removed) => {
-                                report.aborted.push(load_id.clone());
-                                report.removed.push((load_id.clone(), removed));
+                                self.report.aborted.push(load_id.clone());
+                                self.report.removed.push((load_id.clone(), removed));
                             }
                             // A commit claimed it meanwhile: it is not stale any more.
                             Err(CleanupError::CommitInProgress(_) | CleanupError::Committed(_)) => {
@@ -1047,23 +1111,11 @@ pub async fn gc(
                         }
                     }
                 }
+                (LoadState::Unknown, _) => {}
             }
-            (LoadState::Unknown, _) => {}
         }
+        Ok(())
     }
-    let swept = sweep(&places, &roots, &unsettled.loads, dry_run).await?;
-    report.loads_read += swept.read;
-    report.removed.extend(swept.removed);
-    if !dry_run {
-        let checkpoint = GcCheckpoint {
-            pending,
-            looked_ms_before_written: u64::try_from(looked.elapsed().as_millis())
-                .unwrap_or(u64::MAX),
-        };
-        ledger.record_gc(&done, Some(&checkpoint)).await?;
-        report.loads_done = done.len();
-    }
-    Ok(report)
 }
 
 /// The body of the `gc_done` entry of a finished load: its status from the ledger.

@@ -29,9 +29,9 @@ pub const DEDUPLICATION_WINDOW: u64 = 10_000;
 /// moment is then a range of its index, not a scan of the table.
 pub const BY_WRITTEN_AT: &str = "by_written_at";
 
-/// Loads per statement of the reads and deletes that name loads: well under ClickHouse's
-/// 256 KiB `max_query_size` at 128 bytes per id.
-const LOADS_PER_STATEMENT: usize = 1000;
+/// Loads per statement of the reads, writes and deletes that name loads: well under
+/// ClickHouse's 256 KiB `max_query_size` at 128 bytes per id.
+pub const LOADS_PER_STATEMENT: usize = 1000;
 
 /// The ledger's columns as [`chpart_server::ClickHouseServer::ledger_entries`] reads them.
 const COLUMNS: &str = "load_id, entry_id, toString(kind) AS kind, \
