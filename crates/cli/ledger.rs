@@ -64,64 +64,15 @@ impl Before {
 pub fn parse_before(text: &str) -> Result<Before, String> {
     let text = text.trim();
     if text.len() >= 10 && text.as_bytes()[4] == b'-' {
-        return parse_utc_ms(text).map(Before::At);
+        return chpart_core::time::parse_utc_ms(text)
+            .map(Before::At)
+            .ok_or_else(|| {
+                format!("{text:?} is not a UTC time like 2026-01-01 or 2026-01-01T00:00:00Z")
+            });
     }
     parse_duration_ms(text)
         .map(Before::Ago)
         .map_err(|e| format!("{e}, or a UTC time like 2026-01-01 or 2026-01-01T00:00:00Z"))
-}
-
-/// `YYYY-MM-DD` (midnight) or `YYYY-MM-DDTHH:MM:SSZ`, UTC, as ms since the epoch.
-fn parse_utc_ms(text: &str) -> Result<i64, String> {
-    let bad = || format!("{text:?} is not a UTC time like 2026-01-01 or 2026-01-01T00:00:00Z");
-    let (date, time) = match text.split_once('T') {
-        Some((date, time)) => (date, Some(time.strip_suffix('Z').ok_or_else(bad)?)),
-        None => (text, None),
-    };
-    let numbers = |s: &str, sep: char, n: usize| -> Result<Vec<i64>, String> {
-        let parts: Vec<&str> = s.split(sep).collect();
-        if parts.len() != n || parts.iter().any(|p| p.is_empty() || p.len() > 4) {
-            return Err(bad());
-        }
-        parts
-            .iter()
-            .map(|p| p.parse::<i64>().map_err(|_| bad()))
-            .collect()
-    };
-    let d = numbers(date, '-', 3)?;
-    let (year, month, day) = (d[0], d[1], d[2]);
-    let days_in_month = match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        2 => 28,
-        _ => return Err(bad()),
-    };
-    if !(1970..=9999).contains(&year) || !(1..=days_in_month).contains(&day) {
-        return Err(bad());
-    }
-    let seconds = match time {
-        Some(time) => {
-            let t = numbers(time, ':', 3)?;
-            if t[0] > 23 || t[1] > 59 || t[2] > 59 {
-                return Err(bad());
-            }
-            t[0] * 3600 + t[1] * 60 + t[2]
-        }
-        None => 0,
-    };
-    Ok((days_from_civil(year, month, day) * 86_400 + seconds) * 1000)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 pub fn run_ledger(args: LedgerArgs) -> Result<ExitCode, Failure> {

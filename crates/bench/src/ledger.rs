@@ -25,7 +25,6 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
@@ -34,7 +33,7 @@ use chpart_testenv::clickhouse::{ClickHouse, ServerOptions};
 use crate::chpart::Chpart;
 use crate::events;
 use crate::gen::{generate, GenOptions};
-use crate::measure;
+use crate::http::sql;
 
 /// The template load's id, replaced by each copy's in ids and bodies.
 const TEMPLATE: &str = "template-load";
@@ -86,12 +85,6 @@ struct Ledger {
     config: PathBuf,
 }
 
-fn sql(server: &ClickHouse, statement: &str) -> anyhow::Result<String> {
-    server
-        .query(statement)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", statement.chars().take(300).collect::<String>()))
-}
-
 fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -119,13 +112,7 @@ fn write_config(dir: &Path, server: &ClickHouse, ledger_db: &str) -> anyhow::Res
 
 /// One chpart command, checked, with its wall time; its stdout.
 fn chpart(bin: &Chpart, config: &Path, args: &[&str]) -> anyhow::Result<(String, f64)> {
-    let mut cmd: Command = bin.command();
-    cmd.arg(args[0])
-        .arg("--config")
-        .arg(config)
-        .args(&args[1..]);
-    let run = measure::run(&mut cmd)?;
-    run.check()?;
+    let run = bin.run(config, args)?;
     Ok((run.stdout_text(), run.wall.as_secs_f64()))
 }
 
