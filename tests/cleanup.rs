@@ -278,7 +278,8 @@ fn gc_removes_every_leftover_of_finished_loads_and_nothing_of_open_ones() {
 /// `chpart ledger prune` through the binary: a committed load that gc recorded done loses its
 /// entries but its tombstone, and stays committed for every command (`begin` exits 5, a late
 /// build is fenced with 5, a re-run of `commit` prints its summary, `status` shows it); an
-/// open load is never pruned; a load finished after the bound is not.
+/// open load is never pruned; a load finished after the bound is not; what is written of a
+/// pruned load later (a fenced build's note) is pruned by the next run.
 #[test]
 fn ledger_prune_keeps_a_pruned_load_committed_for_every_command() {
     let ch = shared();
@@ -339,6 +340,12 @@ fn ledger_prune_keeps_a_pruned_load_committed_for_every_command() {
     assert_eq!(done["loads"], serde_json::json!(["pr-1"]), "{done}");
     assert_eq!(entries("pr-1"), 3, "decision, commit, gc-done are kept");
     assert_eq!(entries("pr-open"), 1, "an open load is never pruned");
+    let again = prune("2100-01-01", false);
+    assert_eq!(
+        (&again["loads"], &again["already_pruned"]),
+        (&serde_json::json!([]), &serde_json::json!(1)),
+        "{again}"
+    );
 
     let begun = s.begin("pr-1", &[]);
     assert_eq!(begun.status.code(), Some(5), "{}", text(&begun));
@@ -372,9 +379,14 @@ fn ledger_prune_keeps_a_pruned_load_committed_for_every_command() {
         ch.q(&format!("SELECT count() FROM {}", s.table)).trim(),
         "700"
     );
-    let again = prune("2100-01-01", false);
+    // The late build noted itself fenced (for the load's timeline); the next prune takes
+    // that note too.
+    assert_eq!(entries("pr-1"), 4);
+    let late_note = prune("2100-01-01", false);
     assert_eq!(
-        (&again["loads"], &again["already_pruned"]),
-        (&serde_json::json!([]), &serde_json::json!(1))
+        (&late_note["loads"], &late_note["entries"]),
+        (&serde_json::json!(["pr-1"]), &serde_json::json!(1)),
+        "{late_note}"
     );
+    assert_eq!(entries("pr-1"), 3);
 }
