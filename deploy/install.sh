@@ -2,7 +2,8 @@
 # Installs everything chpart's build, quickstart and tests need on a fresh Debian 12 machine of
 # this project's kind (root, Rust toolchain present, package registries reachable). Idempotent:
 # a second run only checks.
-#   - Debian packages: openssh-server (the test sshd), libssl-dev + pkg-config (ssh2), curl
+#   - Debian packages: openssh-server (the test sshd), openssh-client (ssh, ssh-agent, ssh-add,
+#     ssh-keygen), libssl-dev + pkg-config (ssh2), curl
 #   - OS users: `clickhouse` (a server run as a dedicated user, as in production) and
 #     `chpart-test` (an unrelated user for permission tests)
 #   - .venv/ (git-ignored) with chdb-core==26.9.0: the ClickHouse 26.9 engine, used as
@@ -24,6 +25,11 @@ say() { printf '[install] %s\n' "$*"; }
 
 need_pkgs=()
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+# The OpenSSH client tools: ssh-keygen (test keys), ssh (the SFTP-only key's refusal of a shell),
+# ssh-agent and ssh-add (agent authentication), all in tests/ssh.rs and crates/testenv.
+for tool in ssh ssh-keygen ssh-agent ssh-add; do
+  command -v "$tool" >/dev/null 2>&1 || { need_pkgs+=(openssh-client); break; }
+done
 dpkg -s libssl-dev >/dev/null 2>&1 || need_pkgs+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)

@@ -274,3 +274,119 @@ fn gc_removes_every_leftover_of_finished_loads_and_nothing_of_open_ones() {
     );
     assert!(s.detached("events").is_empty());
 }
+
+/// `chpart ledger prune` through the binary: a committed load that gc recorded done loses its
+/// entries but its tombstone, and stays committed for every command (`begin` exits 5, a late
+/// build is fenced with 5, a re-run of `commit` prints its summary, `status` shows it); an
+/// open load is never pruned; a load finished after the bound is not; what is written of a
+/// pruned load later (a fenced build's note) is pruned by the next run.
+#[test]
+fn ledger_prune_keeps_a_pruned_load_committed_for_every_command() {
+    let ch = shared();
+    let s = Setup::new(ch, "ledger_prune");
+    assert_eq!(s.begin("pr-1", &[]).status.code(), Some(0));
+    assert_eq!(s.begin("pr-open", &[]).status.code(), Some(0));
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 700), "Parquet");
+    let m = build(&s, "pr-1", "app-a.0", 0, &input);
+    let winners = s.dir.path().join("winners.jsonl");
+    std::fs::write(&winners, m.to_json_line() + "\n").unwrap();
+    let out = s.run(&[
+        "commit",
+        "--load",
+        "pr-1",
+        "--winners",
+        winners.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    let prune = |bound: &str, dry: bool| -> serde_json::Value {
+        let mut args = vec!["ledger", "prune", "--finished-before", bound, "--json"];
+        if dry {
+            args.push("--dry-run");
+        }
+        let out = crate::cli::chpart()
+            .args(&args[..2])
+            .arg("--config")
+            .arg(&s.config)
+            .args(&args[2..])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // Not before gc recorded it done.
+    assert_eq!(prune("2100-01-01", true)["loads"], serde_json::json!([]));
+    let gc = s.run(&["gc", "--json"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    let report: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap();
+    assert_eq!(report["loads_done"], 1, "{report}");
+
+    // Finished seconds ago: not before a bound of a day ago.
+    assert_eq!(prune("1d", false)["loads"], serde_json::json!([]));
+    let entries = |load: &str| {
+        ch.q(&format!(
+            "SELECT count() FROM `{}_ledger`.ledger WHERE load_id = '{load}'",
+            s.db.name
+        ))
+        .trim()
+        .parse::<u64>()
+        .unwrap()
+    };
+    let before = entries("pr-1");
+    let dry = prune("2100-01-01", true);
+    assert_eq!(dry["loads"], serde_json::json!(["pr-1"]), "{dry}");
+    assert_eq!(entries("pr-1"), before, "a dry run deletes nothing");
+    let done = prune("2100-01-01T00:00:00Z", false);
+    assert_eq!(done["loads"], serde_json::json!(["pr-1"]), "{done}");
+    assert_eq!(entries("pr-1"), 3, "decision, commit, gc-done are kept");
+    assert_eq!(entries("pr-open"), 1, "an open load is never pruned");
+    let again = prune("2100-01-01", false);
+    assert_eq!(
+        (&again["loads"], &again["already_pruned"]),
+        (&serde_json::json!([]), &serde_json::json!(1)),
+        "{again}"
+    );
+
+    let begun = s.begin("pr-1", &[]);
+    assert_eq!(begun.status.code(), Some(5), "{}", text(&begun));
+    let late = s
+        .build_cmd("pr-1", "app-late.0", 0)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert_eq!(late.status.code(), Some(5), "{}", text(&late));
+    let again = s.run(&["commit", "--load", "pr-1", "--json"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    let summary: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(summary["rows"], 700, "{summary}");
+    let status = s.run(&["status", "--load", "pr-1", "--json"]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(
+        (&status[0]["state"], &status[0]["rows"]),
+        (&serde_json::json!("committed"), &serde_json::json!(700)),
+        "{status}"
+    );
+    assert!(status[0]["gc_done_at_unix_ms"].is_i64(), "{status}");
+    let all = s.run(&["status"]);
+    assert!(
+        text(&all).contains("pr-1  committed") && text(&all).contains("pr-open  open"),
+        "{}",
+        text(&all)
+    );
+    assert_eq!(
+        ch.q(&format!("SELECT count() FROM {}", s.table)).trim(),
+        "700"
+    );
+    // The late build noted itself fenced (for the load's timeline); the next prune takes
+    // that note too.
+    assert_eq!(entries("pr-1"), 4);
+    let late_note = prune("2100-01-01", false);
+    assert_eq!(
+        (&late_note["loads"], &late_note["entries"]),
+        (&serde_json::json!(["pr-1"]), &serde_json::json!(1)),
+        "{late_note}"
+    );
+    assert_eq!(entries("pr-1"), 3);
+}

@@ -18,3 +18,4 @@ mod recover;
 mod replace;
 mod s3;
 mod smoke;
+mod ssh;

@@ -52,6 +52,7 @@ impl Cli {
             Command::Status(_) => "status",
             Command::Gc(_) => "gc",
             Command::Plan(_) => "plan",
+            Command::Ledger(_) => "ledger",
         }
     }
 
@@ -63,7 +64,7 @@ impl Cli {
             Command::Commit(a) => Some(&a.load),
             Command::Abort(a) => Some(&a.load),
             Command::Status(a) => a.load.as_deref(),
-            Command::Gc(_) | Command::Plan(_) => None,
+            Command::Gc(_) | Command::Plan(_) | Command::Ledger(_) => None,
         }
     }
 }
@@ -113,6 +114,9 @@ pub enum Command {
     /// begin now, 3 when a host does not answer, 4 when the table cannot be loaded as it is.
     #[command(after_help = exit::HELP)]
     Plan(PlanArgs),
+    /// Maintain the ledger: `prune` deletes the entries of loads finished long ago, keeping a
+    /// tombstone of each.
+    Ledger(crate::ledger::LedgerArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -348,6 +352,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Status(args) => crate::driver::run_status(args),
         Command::Gc(args) => crate::driver::run_gc(args),
         Command::Plan(args) => run_plan(args),
+        Command::Ledger(args) => crate::ledger::run_ledger(args),
     }
 }
 

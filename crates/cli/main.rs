@@ -5,6 +5,7 @@ mod args;
 mod build;
 mod driver;
 mod exit;
+mod ledger;
 mod report;
 mod timeline;
 

@@ -131,6 +131,19 @@ impl Chpart {
         cmd
     }
 
+    /// `chpart <args[0]> --config <config> <args[1..]>`, measured and checked (an error names
+    /// the command, its exit status and the tail of its stderr).
+    pub fn run(&self, config: &Path, args: &[&str]) -> anyhow::Result<Measured> {
+        let mut cmd = self.command();
+        cmd.arg(args[0])
+            .arg("--config")
+            .arg(config)
+            .args(&args[1..]);
+        let run = measure::run(&mut cmd)?;
+        run.check()?;
+        Ok(run)
+    }
+
     /// `chpart begin` of `load` into `table` (`db.table`), with `--visibility` if given.
     pub fn begin(
         &self,

@@ -19,7 +19,6 @@
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -28,8 +27,7 @@ use chpart_testenv::cluster::Cluster;
 use crate::chpart::Chpart;
 use crate::events;
 use crate::gen::{generate, GenOptions};
-use crate::http;
-use crate::measure;
+use crate::http::{self, sql};
 
 /// Partitions per hour of the small-parts loads (clickhouse-local refuses an insert block that
 /// touches more than 100 partitions).
@@ -154,22 +152,9 @@ impl Bed {
     }
 }
 
-fn sql(server: &chpart_testenv::clickhouse::ClickHouse, statement: &str) -> anyhow::Result<String> {
-    server
-        .query(statement)
-        .map_err(|e| anyhow::anyhow!("{statement}: {e}"))
-}
-
 /// One chpart command, checked; its stdout.
 fn chpart(chpart: &Chpart, args: &[&str], config: &Path) -> anyhow::Result<String> {
-    let mut cmd: Command = chpart.command();
-    cmd.arg(args[0])
-        .arg("--config")
-        .arg(config)
-        .args(&args[1..]);
-    let run = measure::run(&mut cmd)?;
-    run.check()?;
-    Ok(run.stdout_text())
+    Ok(chpart.run(config, args)?.stdout_text())
 }
 
 /// Begins `load` into `db.<dist>`, builds one attempt per input and commits them; returns the

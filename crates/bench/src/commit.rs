@@ -49,6 +49,7 @@ use chpart_testenv::sshd::Sshd;
 
 use crate::chpart::{Chpart, Configs};
 use crate::gen::{generate, GenOptions, GenReport};
+use crate::http::sql;
 use crate::local::{quote, DATABASE};
 use crate::measure::{self, Measured};
 use crate::{events, http, interrupt};
@@ -550,13 +551,6 @@ pub fn run(options: &CommitOptions) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Runs one statement on the server.
-fn sql(server: &ClickHouse, statement: &str) -> anyhow::Result<String> {
-    server
-        .query(statement)
-        .map_err(|e| anyhow::anyhow!("{statement}: {e}"))
 }
 
 /// Runs a query that answers one number.

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use arrow_array::{Array, RecordBatch};
+use chpart_core::time::{days_from_civil, days_in_month};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -266,36 +267,11 @@ pub fn parse_hour(text: &str) -> anyhow::Result<i64> {
         s.parse().map_err(|_| bad())
     };
     let (year, month, day, hour) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?);
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let month_days = [
-        31,
-        if leap { 29 } else { 28 },
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
-    ];
-    if !(1..=12).contains(&month) || day < 1 || day > month_days[month as usize - 1] || hour > 23 {
+    let days = days_in_month(year, month).ok_or_else(bad)?;
+    if day < 1 || day > days || hour > 23 {
         return Err(bad());
     }
     Ok(days_from_civil(year, month, day) * 86_400 + hour * 3600)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //! server's CPU for that can be set beside chpart's (none: chpart's server work is ATTACH at
 //! commit). The file is streamed from disk with a `Content-Length` body rather than read into
 //! memory, so the benchmark's own footprint stays small at any row count. The test harness's
-//! client only sends SQL text bodies, hence this one function.
+//! client only sends SQL text bodies, hence this one function; [`sql`] is that client, with
+//! the statement in its errors.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -14,6 +15,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use chpart_testenv::clickhouse::ClickHouse;
+
+/// Runs one statement on `server` (the test harness's HTTP client); an error names the
+/// statement (its first 300 characters).
+pub fn sql(server: &ClickHouse, statement: &str) -> anyhow::Result<String> {
+    server
+        .query(statement)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", statement.chars().take(300).collect::<String>()))
+}
 
 /// POSTs the file at `path` as the body of `query` to the server's HTTP port on 127.0.0.1.
 pub fn post_file(port: u16, query: &str, path: &Path) -> anyhow::Result<()> {

@@ -12,6 +12,8 @@
 //! - [`commit`]: the driver-side benchmark (`chpart commit`'s ATTACH rate, time to visible
 //!   under a polling reader, server CPU per GB against `INSERT ... FORMAT Parquet`).
 //! - [`chpart`]: running the chpart binary under test (configs, begin, build, commit).
+//! - [`ledger`]: what each command costs the ledger with years of hourly loads in it, beside
+//!   a ledger of a few days' loads (`system.query_log` of the ledger's statements).
 //!
 //! Figures are printed side by side from one run and compared as ratios: the machines this
 //! runs on are shared, so absolute timings vary and nothing here asserts one.
@@ -24,6 +26,7 @@ pub mod events;
 pub mod gen;
 pub mod http;
 pub mod interrupt;
+pub mod ledger;
 pub mod local;
 pub mod measure;
 pub mod rng;

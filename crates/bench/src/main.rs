@@ -8,6 +8,7 @@ use chpart_bench::build::{self, BuildOptions};
 use chpart_bench::cluster::{self, ClusterOptions};
 use chpart_bench::commit::{self, CommitOptions, Transport};
 use chpart_bench::gen::{self, GenOptions};
+use chpart_bench::ledger::{self, LedgerOptions};
 use chpart_bench::{events, interrupt};
 use clap::{Parser, Subcommand};
 
@@ -156,6 +157,33 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         work_dir: Option<PathBuf>,
     },
+    /// What each command costs the ledger (statements, rows read, server CPU from
+    /// system.query_log, and wall time) with years of hourly loads in it, beside the same
+    /// commands on a ledger of a few days' loads: begin, build's fence reads, commit, status
+    /// --load, gc, and status of every load.
+    Ledger {
+        /// Finished loads in the small ledger.
+        #[arg(long, default_value_t = 100)]
+        small: u64,
+        /// Finished loads in the large ledger.
+        #[arg(long, default_value_t = 100_000)]
+        large: u64,
+        /// Builds (Spark partitions) of the load every ledger entry is copied from.
+        #[arg(long, default_value_t = 4)]
+        tasks: usize,
+        /// Rounds of each command on each ledger; medians are printed.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// The hour (UTC) of the generated events, as YYYY-MM-DDTHH.
+        #[arg(long, default_value = "2026-11-30T09")]
+        hour: String,
+        /// The chpart binary [default: chpart next to chpart-bench].
+        #[arg(long, value_name = "PATH")]
+        chpart: Option<PathBuf>,
+        /// Where the benchmark's directory is made [default: the system temp directory].
+        #[arg(long, value_name = "DIR")]
+        work_dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -255,6 +283,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tasks,
             parts,
             seed,
+            hour_start_secs: gen::parse_hour(&hour)?,
+            chpart,
+            work_dir,
+        })?,
+        Cmd::Ledger {
+            small,
+            large,
+            tasks,
+            rounds,
+            hour,
+            chpart,
+            work_dir,
+        } => ledger::run(&LedgerOptions {
+            small,
+            large,
+            tasks,
+            rounds,
             hour_start_secs: gen::parse_hour(&hour)?,
             chpart,
             work_dir,

@@ -17,6 +17,7 @@
 //! - [`version`]: which clickhouse-local may build parts for which server.
 //! - [`routing`]: a Distributed table's engine arguments, and the SQL that says which shard
 //!   each row belongs to, exactly as ClickHouse routes it.
+//! - [`time`]: UTC calendar arithmetic for dates given on the command line.
 //! - [`commit`]: the driver's decisions: which manifests win, the commit plan, and what a
 //!   (re-)started commit does next from the ledger and fresh observations.
 
@@ -35,6 +36,7 @@ pub mod routing;
 pub mod staging;
 #[cfg(test)]
 mod testutil;
+pub mod time;
 pub mod version;
 
 pub use commit::{

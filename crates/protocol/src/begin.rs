@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use chpart_core::commit::OpenReplaceLoad;
 
-use crate::ledger::{kind, replay, LoadSpec, LoadState, Mode, Visibility};
+use crate::ledger::{kind, LoadSpec, LoadState, Mode, Visibility};
 use crate::snapshot::TableSnapshot;
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
 
@@ -392,20 +392,23 @@ pub async fn stop_merges(
         .await
 }
 
-/// The outcome for a load that already has entries, or `None` when it has none.
 /// The open loads in replace mode that target `table`, other than `except`, each with the
-/// partitions its recorded plan replaces (`None` before it has one).
+/// partitions its recorded plan replaces (`None` before it has one). Reads the loads gc has not
+/// recorded done ([`Ledger::unsettled_loads`]), among which every open load is, not the ledger.
 pub(crate) async fn open_replace_loads(
     ledger: &Ledger,
     table: &TableRef,
     except: &LoadId,
 ) -> Result<Vec<OpenReplaceLoad>, LedgerStoreError> {
     let mut out = Vec::new();
-    for (load_id, entries) in ledger.all_entries().await? {
-        if load_id == except.as_str() {
-            continue;
-        }
-        let view = replay(entries, crate::KNOWN_KINDS)?;
+    let unsettled: Vec<String> = ledger
+        .unsettled_loads()
+        .await?
+        .loads
+        .into_iter()
+        .filter(|l| l != except.as_str())
+        .collect();
+    for view in ledger.views(&unsettled).await?.into_values() {
         let Some(spec) = view.spec.as_ref() else {
             continue;
         };
@@ -426,6 +429,7 @@ pub(crate) async fn open_replace_loads(
     Ok(out)
 }
 
+/// The outcome for a load that already has entries, or `None` when it has none.
 pub(crate) fn existing_outcome(
     state: &LoadState,
     spec: Option<&LoadSpec>,

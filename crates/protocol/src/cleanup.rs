@@ -23,13 +23,13 @@ use chpart_server::{quote_table, ClickHouseServer, ServerError, SharedServer};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Reach;
-use crate::ledger::{kind, replay, Decision, LoadSpec, LoadState, LoadView};
+use crate::ledger::{body_of, kind, Decision, Entry, GcCheckpoint, LoadSpec, LoadState, LoadView};
 use crate::observe::{reclaim, ClaimCheck};
-use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
+use crate::store::{now_unix_ms, Ledger, LedgerStoreError, LOADS_PER_STATEMENT};
 use crate::FailureKind;
 
 /// One thing gc or abort removes (or, with `--dry-run`, would remove).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Removal {
     /// A part in a table's `detached/` (via `DROP DETACHED PART`).
@@ -234,12 +234,36 @@ pub async fn clean_finished_load(
     spec: &LoadSpec,
     dry_run: bool,
 ) -> Result<Vec<Removal>, CleanupError> {
+    Ok(clean(server, fs, staging, spec, dry_run).await?.removed)
+}
+
+/// What [`clean`] did.
+struct Cleaned {
+    /// Removed (or, with dry run, to remove).
+    removed: Vec<Removal>,
+    /// Something had to stay for a later gc (parts a running ATTACH holds, with the staging
+    /// whose intent names them).
+    kept: bool,
+}
+
+/// [`clean_finished_load`], saying whether anything had to stay.
+async fn clean(
+    server: &dyn ClickHouseServer,
+    fs: &dyn RemoteFs,
+    staging: &StagingLayout,
+    spec: &LoadSpec,
+    dry_run: bool,
+) -> Result<Cleaned, CleanupError> {
+    let mut cleaned = Cleaned {
+        removed: Vec::new(),
+        kept: false,
+    };
     if spec.cluster.is_some() {
         // A cluster load's tables and files are its shards' sub-loads'; they are cleaned each
         // on its own shard.
-        return Ok(Vec::new());
+        return Ok(cleaned);
     }
-    let mut removed = Vec::new();
+    let removed = &mut cleaned.removed;
     let disks = disks_of(spec, staging)?;
     let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
     if spec.publish != spec.target {
@@ -259,9 +283,11 @@ pub async fn clean_finished_load(
         }
     }
     for disk in &disks {
-        removed.extend(clean_disk(server, fs, spec, disk, dry_run).await?);
+        let on_disk = clean_disk(server, fs, spec, disk, dry_run).await?;
+        cleaned.removed.extend(on_disk.removed);
+        cleaned.kept |= on_disk.kept;
     }
-    Ok(removed)
+    Ok(cleaned)
 }
 
 /// [`clean_finished_load`] for the staging on one disk and the parts it published into that
@@ -272,7 +298,7 @@ async fn clean_disk(
     spec: &LoadSpec,
     disk: &DiskPlace,
     dry_run: bool,
-) -> Result<Vec<Removal>, CleanupError> {
+) -> Result<Cleaned, CleanupError> {
     let mut removed = Vec::new();
     let staging = disk.staging();
     let attempts = tokio::task::block_in_place(|| staged_attempts(fs, &staging, &spec.load))?;
@@ -340,7 +366,10 @@ async fn clean_disk(
         tokio::task::block_in_place(|| fs.remove_all(load_dir.as_str()))
             .map_err(remote(format!("remove {load_dir}")))?;
     }
-    Ok(removed)
+    Ok(Cleaned {
+        removed,
+        kept: kept_staging,
+    })
 }
 
 /// What [`drop_listed_parts`] did.
@@ -642,8 +671,9 @@ impl<'a> Places<'a> {
     }
 }
 
-/// One load as `status` shows it.
-#[derive(Debug, Clone, Serialize)]
+/// One load as `status` shows it (and as gc records a load it finished: its `gc_done` entry's
+/// body, without attempts and `gc_pending`, which are then empty).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LoadStatus {
     /// The load.
     pub load: String,
@@ -678,12 +708,16 @@ pub struct LoadStatus {
     /// What gc would still remove.
     pub gc_pending: Vec<Removal>,
     /// For a load into a Distributed table: each shard's sub-load and its state.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardStatus>,
+    /// When gc recorded that it removed everything the finished load left (ms since the
+    /// epoch, server clock); `status` of every load then shows what gc recorded.
+    #[serde(default)]
+    pub gc_done_at_unix_ms: Option<i64>,
 }
 
 /// One shard of a cluster load as `status` shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShardStatus {
     /// The shard's number.
     pub shard_num: u32,
@@ -706,7 +740,7 @@ pub struct ShardStatus {
 }
 
 /// One attempt as `status` shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttemptStatus {
     /// The attempt id.
     pub attempt: String,
@@ -718,7 +752,9 @@ pub struct AttemptStatus {
     pub parts: usize,
 }
 
-/// The status of every load in the ledger (or of one).
+/// The status of every load in the ledger (or of one). One load's is read from its entries
+/// alone (an index range). Every load's: the loads gc recorded done as it recorded them (one
+/// `gc_done` entry each), the others from their entries; never every entry of every load.
 pub async fn status(
     ledger: &Ledger,
     reach: &dyn Reach,
@@ -727,25 +763,55 @@ pub async fn status(
     only: Option<&LoadId>,
 ) -> Result<Vec<LoadStatus>, CleanupError> {
     let places = Places::new(ledger, reach, fs, staging);
-    let mut out = Vec::new();
-    for (load_id, entries) in ledger.all_entries().await? {
-        if only.is_some_and(|l| l.as_str() != load_id) {
-            continue;
+    if let Some(load) = only {
+        let view = ledger.view(load, crate::KNOWN_KINDS).await?;
+        if view.entries.is_empty() {
+            return Ok(Vec::new());
         }
-        let view = replay(entries, crate::KNOWN_KINDS).map_err(LedgerStoreError::from)?;
-        let Ok(load) = load_id.parse::<LoadId>() else {
-            continue;
-        };
-        out.push(load_status(&places, &load, &view).await?);
+        return Ok(vec![load_status(&places, load, &view, true).await?]);
     }
-    Ok(out)
+    let mut out = BTreeMap::new();
+    for e in ledger.gc_done_entries().await? {
+        out.insert(e.load_id.clone(), recorded_status(&e)?);
+    }
+    let unsettled = ledger.unsettled_loads().await?;
+    let rest: Vec<String> = unsettled
+        .loads
+        .into_iter()
+        .filter(|l| !out.contains_key(l))
+        .collect();
+    // A few loads' entries in memory at a time (a first status of a large ledger gc has not
+    // been through reads them all).
+    for chunk in rest.chunks(LOADS_PER_STATEMENT) {
+        for (load_id, view) in ledger.views(chunk).await? {
+            let Ok(load) = load_id.parse::<LoadId>() else {
+                continue;
+            };
+            out.insert(load_id, load_status(&places, &load, &view, true).await?);
+        }
+    }
+    Ok(out.into_values().collect())
 }
 
+/// The status gc recorded in a `gc_done` entry.
+fn recorded_status(e: &Entry) -> Result<LoadStatus, CleanupError> {
+    let mut status: LoadStatus = body_of(e).map_err(LedgerStoreError::from)?;
+    status.gc_done_at_unix_ms = Some(e.written_at_ms);
+    Ok(status)
+}
+
+/// The load's status from its entries; with `probe`, also its attempts in staging and what gc
+/// would still remove (filesystems and servers), else those are empty.
 async fn load_status(
     places: &Places<'_>,
     load: &LoadId,
     view: &LoadView,
+    probe: bool,
 ) -> Result<LoadStatus, CleanupError> {
+    if let (None, Some(done)) = (&view.spec, view.gc_done()) {
+        // Pruned (`chpart ledger prune`): what gc recorded is all there is.
+        return recorded_status(done);
+    }
     let plan = view.plan().map_err(LedgerStoreError::from)?;
     let progress = view.progress().map_err(LedgerStoreError::from)?;
     let finished_at = view
@@ -762,6 +828,7 @@ async fn load_status(
         .map(|p| p.winners.iter().map(|(n, a)| (*n, a.to_string())).collect())
         .unwrap_or_default();
     let staged = match &view.spec {
+        _ if !probe => Vec::new(),
         Some(spec) if spec.cluster.is_some() => Vec::new(), // its shards' sub-loads have them
         Some(spec) => {
             let (_, fs, staging) = places.of(spec)?;
@@ -781,7 +848,7 @@ async fn load_status(
         })
         .collect();
     let gc_pending = match (&view.state, &view.spec) {
-        (LoadState::Committed | LoadState::Aborted, Some(spec)) => {
+        (LoadState::Committed | LoadState::Aborted, Some(spec)) if probe => {
             let (server, fs, staging) = places.of(spec)?;
             clean_finished_load(server.as_ref(), fs.get(), &staging, spec, true).await?
         }
@@ -794,7 +861,8 @@ async fn load_status(
         for shard in &cluster.shards {
             let sub = places.ledger.view(&shard.load, crate::KNOWN_KINDS).await?;
             // What gc still has to remove of a cluster load is its shards'.
-            if let (LoadState::Committed | LoadState::Aborted, Some(spec)) = (&sub.state, &sub.spec)
+            if let (LoadState::Committed | LoadState::Aborted, Some(spec), true) =
+                (&sub.state, &sub.spec, probe)
             {
                 let (server, fs, staging) = places.of(spec)?;
                 gc_pending.extend(
@@ -873,6 +941,7 @@ async fn load_status(
         attempts,
         gc_pending,
         shards,
+        gc_done_at_unix_ms: view.gc_done().map(|e| e.written_at_ms),
     })
 }
 
@@ -885,10 +954,25 @@ pub struct GcReport {
     pub stale_open: Vec<String>,
     /// Of those, aborted by this run.
     pub aborted: Vec<String>,
+    /// Loads whose entries this run read: those its last checkpoint left pending, those
+    /// written since, and those whose staging it found (not every load in the ledger).
+    pub loads_read: usize,
+    /// Finished loads this run recorded done (`gc_done`): later runs do not read them again.
+    pub loads_done: usize,
 }
 
 /// Removes what finished loads left; reports (and with `abort_stale` aborts) open loads begun
 /// more than `older_than_ms` ago. Never touches anything of an open load.
+///
+/// It reads only the loads the ledger says may still hold something ([`Ledger::unsettled_loads`]:
+/// those its last checkpoint left pending and those with entries written since) and records,
+/// after their removals, each finished load it left nothing of (a `gc_done` entry) and a
+/// checkpoint of what is still pending, so its cost follows what is left to do, not the
+/// ledger's size. A builder that passed its fence before its load finished is stopped by the
+/// taking of its staging directory before the load is recorded done; one that read the load
+/// open just before it finished and was killed before its fence check failed can only have
+/// claimed a staging directory, never a part in `detached/`: every gc lists the staging roots
+/// of the loads it reads and of the config, and removes such a directory of any finished load.
 pub async fn gc(
     ledger: &Ledger,
     reach: &dyn Reach,
@@ -898,39 +982,126 @@ pub async fn gc(
     abort_stale: bool,
     dry_run: bool,
 ) -> Result<GcReport, CleanupError> {
+    let looked = std::time::Instant::now();
     let places = Places::new(ledger, reach, fs, staging);
-    let mut report = GcReport {
-        removed: Vec::new(),
-        stale_open: Vec::new(),
-        aborted: Vec::new(),
+    let mut run = GcRun {
+        older_than_ms,
+        abort_stale,
+        dry_run,
+        roots: StagingRoots::new(&places),
+        pending: Vec::new(),
+        done: Vec::new(),
+        report: GcReport {
+            removed: Vec::new(),
+            stale_open: Vec::new(),
+            aborted: Vec::new(),
+            loads_read: 0,
+            loads_done: 0,
+        },
     };
-    let now = now_unix_ms();
-    for (load_id, entries) in ledger.all_entries().await? {
-        let view = replay(entries, crate::KNOWN_KINDS).map_err(LedgerStoreError::from)?;
-        let Some(spec) = view.spec.clone() else {
-            continue;
+    let unsettled = ledger.unsettled_loads().await?;
+    let loads: Vec<String> = unsettled.loads.iter().cloned().collect();
+    // A few loads' entries in memory at a time (the first run over a large ledger reads them
+    // all), and what is done recorded as it goes.
+    for chunk in loads.chunks(LOADS_PER_STATEMENT) {
+        let views = ledger.views(chunk).await?;
+        run.report.loads_read += views.len();
+        run.visit(&places, &views).await?;
+        if !dry_run && run.done.len() >= LOADS_PER_STATEMENT {
+            ledger.record_gc(&run.done, None).await?;
+            run.report.loads_done += run.done.len();
+            run.done.clear();
+        }
+    }
+    let swept = sweep(&places, &run.roots, &unsettled.loads, dry_run).await?;
+    let mut report = run.report;
+    report.loads_read += swept.read;
+    report.removed.extend(swept.removed);
+    if !dry_run {
+        let checkpoint = GcCheckpoint {
+            pending: run.pending,
+            looked_ms_before_written: u64::try_from(looked.elapsed().as_millis())
+                .unwrap_or(u64::MAX),
         };
-        match view.state {
-            LoadState::Committed | LoadState::Aborted => {
-                let (server, fs, staging) = places.of(&spec)?;
-                let removed =
-                    clean_finished_load(server.as_ref(), fs.get(), &staging, &spec, dry_run)
-                        .await?;
-                if !removed.is_empty() {
-                    report.removed.push((load_id, removed));
-                }
+        ledger.record_gc(&run.done, Some(&checkpoint)).await?;
+        report.loads_done += run.done.len();
+    }
+    Ok(report)
+}
+
+/// One gc run: its options and what it found so far.
+struct GcRun {
+    older_than_ms: Option<u64>,
+    abort_stale: bool,
+    dry_run: bool,
+    /// The staging roots of the loads read, for [`sweep`].
+    roots: StagingRoots,
+    /// Loads the checkpoint will list: open ones, and finished ones something had to stay of.
+    pending: Vec<String>,
+    /// Finished loads left with nothing, not yet recorded: `(load, gc_done body)`.
+    done: Vec<(String, String)>,
+    report: GcReport,
+}
+
+impl GcRun {
+    /// Removes (or lists) what the finished loads of `views` left; each one left with nothing
+    /// goes to `done`, open loads and those that kept something to `pending`.
+    async fn visit(
+        &mut self,
+        places: &Places<'_>,
+        views: &BTreeMap<String, LoadView>,
+    ) -> Result<(), CleanupError> {
+        let (ledger, reach, fs, staging) = (places.ledger, places.reach, places.fs, places.staging);
+        let now = now_unix_ms();
+        for (load_id, view) in views {
+            let Ok(load) = load_id.parse::<LoadId>() else {
+                continue;
+            };
+            if let Some(spec) = &view.spec {
+                self.roots.note(places, spec)?;
             }
-            // A shard's sub-load ends with its cluster load, which the branch below aborts.
-            LoadState::Open if spec.shard_of.is_some() => {}
-            LoadState::Open => {
-                if older_than_ms.is_some_and(|age| now.saturating_sub(spec.opened_at_unix_ms) > age)
-                {
-                    report.stale_open.push(load_id.clone());
-                    if abort_stale && !dry_run && !commit_made_rows_visible(&view)? {
+            if view.gc_done().is_some() {
+                continue; // finished, and everything of it removed: nothing can come back
+            }
+            match (&view.state, &view.spec) {
+                (LoadState::Committed | LoadState::Aborted, Some(spec)) => {
+                    let (server, fs, staging) = places.of(spec)?;
+                    let cleaned =
+                        clean(server.as_ref(), fs.get(), &staging, spec, self.dry_run).await?;
+                    if !cleaned.removed.is_empty() {
+                        self.report.removed.push((load_id.clone(), cleaned.removed));
+                    }
+                    if cleaned.kept {
+                        self.pending.push(load_id.clone());
+                    } else {
+                        self.done
+                            .push((load_id.clone(), done_body(places, &load, view).await?));
+                    }
+                }
+                // Aborted before it was begun: it never had anything to remove.
+                (LoadState::Committed | LoadState::Aborted, None) => {
+                    self.done
+                        .push((load_id.clone(), done_body(places, &load, view).await?));
+                }
+                // A shard's sub-load ends with its cluster load, which the branch below aborts.
+                (LoadState::Open, Some(spec)) if spec.shard_of.is_some() => {
+                    self.pending.push(load_id.clone())
+                }
+                (LoadState::Open, spec) => {
+                    self.pending.push(load_id.clone());
+                    let Some(spec) = spec else { continue };
+                    let stale = self
+                        .older_than_ms
+                        .is_some_and(|age| now.saturating_sub(spec.opened_at_unix_ms) > age);
+                    if !stale {
+                        continue;
+                    }
+                    self.report.stale_open.push(load_id.clone());
+                    if self.abort_stale && !self.dry_run && !commit_made_rows_visible(view)? {
                         match abort(ledger, reach, fs, staging, &spec.load).await {
                             Ok(removed) => {
-                                report.aborted.push(load_id.clone());
-                                report.removed.push((load_id, removed));
+                                self.report.aborted.push(load_id.clone());
+                                self.report.removed.push((load_id.clone(), removed));
                             }
                             // A commit claimed it meanwhile: it is not stale any more.
                             Err(CleanupError::CommitInProgress(_) | CleanupError::Committed(_)) => {
@@ -940,9 +1111,132 @@ pub async fn gc(
                         }
                     }
                 }
+                (LoadState::Unknown, _) => {}
             }
-            LoadState::Unknown => {}
+        }
+        Ok(())
+    }
+}
+
+/// The body of the `gc_done` entry of a finished load: its status from the ledger.
+async fn done_body(
+    places: &Places<'_>,
+    load: &LoadId,
+    view: &LoadView,
+) -> Result<String, CleanupError> {
+    let status = load_status(places, load, view, false).await?;
+    Ok(serde_json::to_string(&status).expect("a status serializes"))
+}
+
+/// The staging roots gc lists: the configured one, and every disk's of the loads it read (on
+/// their hosts), each with a load whose spec reaches it (`None`: the configured filesystem).
+struct StagingRoots {
+    /// `(host of a shard, or None for the configured filesystem; root)` -> a load reaching it.
+    roots: BTreeMap<(Option<String>, String), Option<LoadSpec>>,
+}
+
+impl StagingRoots {
+    fn new(places: &Places<'_>) -> StagingRoots {
+        let configured = (None, places.staging.root().as_str().to_owned());
+        StagingRoots {
+            roots: BTreeMap::from([(configured, None)]),
         }
     }
-    Ok(report)
+
+    fn note(&mut self, places: &Places<'_>, spec: &LoadSpec) -> Result<(), CleanupError> {
+        if spec.cluster.is_some() {
+            return Ok(()); // its shards' sub-loads stage
+        }
+        let staging = match &spec.shard_of {
+            None => places.staging.clone(),
+            Some(_) => StagingLayout::new(places.reach.staging(&spec.host).single.as_str())
+                .expect("a RemotePath is a valid staging root"),
+        };
+        for disk in disks_of(spec, &staging)? {
+            let host = spec.shard_of.as_ref().map(|_| spec.host.clone());
+            self.roots
+                .entry((host, disk.staging_root.as_str().to_owned()))
+                .or_insert_with(|| Some(spec.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// What [`sweep`] did.
+struct Swept {
+    removed: Vec<(String, Vec<Removal>)>,
+    read: usize,
+}
+
+/// Lists the staging roots for directories of loads gc did not read (`visited`), and cleans
+/// those of finished loads: what a builder that read its load open just before it finished,
+/// and was killed before its fence check failed, can have left after gc recorded the load
+/// done. A directory of a load the ledger does not know (pruned, or another ledger's) is left.
+async fn sweep(
+    places: &Places<'_>,
+    roots: &StagingRoots,
+    visited: &BTreeSet<String>,
+    dry_run: bool,
+) -> Result<Swept, CleanupError> {
+    let mut found = BTreeSet::new();
+    for ((host, root), spec) in &roots.roots {
+        // A safety net, not what gc is for: a root that cannot be listed now (a shard's host
+        // down) is listed by a later run, and gc goes on.
+        let listed = match spec {
+            None => tokio::task::block_in_place(|| places.fs.list_dir(root))
+                .map_err(remote(format!("list {root}"))),
+            Some(spec) => places.of(spec).and_then(|(_, fs, _)| {
+                tokio::task::block_in_place(|| fs.get().list_dir(root))
+                    .map_err(remote(format!("list {root}")))
+            }),
+        };
+        let entries = match listed {
+            Ok(entries) => entries,
+            Err(CleanupError::Remote { source, .. })
+                if matches!(*source, RemoteError::NotFound { .. }) =>
+            {
+                continue
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "gc: staging root {root}{} not listed ({e}); a later gc lists it",
+                    host.as_deref()
+                        .map(|h| format!(" on {h}"))
+                        .unwrap_or_default()
+                );
+                continue;
+            }
+        };
+        for entry in entries {
+            if entry.name.parse::<LoadId>().is_ok() && !visited.contains(&entry.name) {
+                found.insert(entry.name);
+            }
+        }
+    }
+    let mut swept = Swept {
+        removed: Vec::new(),
+        read: 0,
+    };
+    if found.is_empty() {
+        return Ok(swept);
+    }
+    let views = places
+        .ledger
+        .views(&found.into_iter().collect::<Vec<_>>())
+        .await?;
+    swept.read = views.len();
+    for (load_id, view) in views {
+        let (true, Some(spec)) = (view.finished(), &view.spec) else {
+            continue;
+        };
+        let (server, fs, staging) = places.of(spec)?;
+        let removed = clean(server.as_ref(), fs.get(), &staging, spec, dry_run)
+            .await?
+            .removed;
+        if !removed.is_empty() {
+            tracing::info!("load {load_id}: staging left after gc recorded it done");
+            swept.removed.push((load_id, removed));
+        }
+    }
+    Ok(swept)
 }

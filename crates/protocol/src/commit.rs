@@ -592,20 +592,24 @@ impl Planned {
                 return Err(CommitError::NotBegun(load))
             }
             (LoadState::Aborted, _) => return Err(CommitError::Aborted(load)),
-            (LoadState::Committed, Some(spec)) => {
-                let summary = committed_summary(&view)?.unwrap_or_else(|| CommitSummary {
-                    load: load.clone(),
-                    table: spec.target.clone(),
-                    mode: spec.mode,
-                    visibility: spec.visibility,
-                    partitions: 0,
-                    parts: 0,
-                    rows: 0,
-                    winners: Vec::new(),
-                });
+            (LoadState::Committed, spec) => {
+                // A load pruned by `chpart ledger prune` keeps its commit entry, not its spec.
+                let summary = match (committed_summary(&view)?, spec) {
+                    (Some(summary), _) => summary,
+                    (None, Some(spec)) => CommitSummary {
+                        load: load.clone(),
+                        table: spec.target.clone(),
+                        mode: spec.mode,
+                        visibility: spec.visibility,
+                        partitions: 0,
+                        parts: 0,
+                        rows: 0,
+                        winners: Vec::new(),
+                    },
+                    (None, None) => return Err(CommitError::NotBegun(load)),
+                };
                 return Ok(Opened::Committed(summary));
             }
-            (LoadState::Committed, None) => return Err(CommitError::NotBegun(load)),
             (LoadState::Open, Some(spec)) => spec.clone(),
         };
         if let Some(asked) = req.visibility {

@@ -148,6 +148,13 @@ pub mod kind {
     /// The load's outcome is settled; body: [`super::DecisionBody`]. Entry id `decision`,
     /// written with a deduplication token so that the server keeps only the first.
     pub const DECIDED: &str = "decided";
+    /// gc removed everything the finished load left (`crate::cleanup::gc`), so later gc runs
+    /// and `status` of all loads need none of its other entries; body: the load as `status`
+    /// showed it then (`crate::cleanup::LoadStatus`). Entry id `gc-done`.
+    pub const GC_DONE: &str = "gc_done";
+    /// What one gc run saw (under the load id [`super::GC_RECORDS`], never a load's own);
+    /// body: [`super::GcCheckpoint`].
+    pub const GC_CHECKPOINT: &str = "gc_checkpoint";
 }
 
 /// The ledger's vocabulary of entry ids: every fact a load records has one id, and replay keeps
@@ -169,6 +176,8 @@ pub mod entry {
     pub const ABANDON: &str = "abandon";
     /// The plan of a cluster load (kind `cluster_planned`), written once per load.
     pub const CLUSTER_PLAN: &str = "cluster-plan";
+    /// gc finished the load (kind `gc_done`).
+    pub const GC_DONE: &str = "gc-done";
 }
 
 /// Entry id of the decision.
@@ -195,6 +204,58 @@ pub struct FencedBody {
     pub partition: u32,
     /// When it started (executor clock, Unix milliseconds).
     pub started_at_unix_ms: u64,
+}
+
+/// The entry kinds `chpart ledger prune` keeps of a load it prunes: they alone settle a
+/// finished load's state by [`replay`] (the same state as all of its entries give, see the
+/// tests), so a pruned load still fences its builds, refuses `begin` (exit 5) and answers a
+/// re-run of its commit with its summary, and gc's summary of it stays for `status`.
+pub const TOMBSTONE_KINDS: &[&str] = &[
+    kind::DECIDED,
+    kind::LOAD_COMMITTED,
+    kind::LOAD_ABORTED,
+    kind::LOAD_ABANDONED,
+    kind::GC_DONE,
+];
+
+/// The load id gc records its checkpoints under. No load's id can be it (a load id never
+/// starts with `.`), so no load's replay ever sees them.
+pub const GC_RECORDS: &str = ".gc";
+
+/// How long before a checkpoint's view of the ledger gc looks again for loads with new
+/// entries. An entry's `written_at` is taken when its INSERT starts, and the INSERT becomes
+/// visible when it ends; a ledger INSERT of a few rows that takes longer than this to become
+/// visible is not expected, so a load whose entries a gc run could not yet see is found by the
+/// next one. Larger only costs each gc run the entries of this much more history.
+pub const GC_REDISCOVERY_MARGIN_MS: i64 = 60 * 60 * 1000;
+
+/// What a gc run saw, recorded once it finished without an error (entry kind
+/// [`kind::GC_CHECKPOINT`] under [`GC_RECORDS`]): every load with an entry written before the
+/// run looked ([`GcCheckpoint::covers_before`]) is either finished and done (a `gc_done` entry)
+/// or listed in `pending`. A later run therefore reads only `pending` and the loads with
+/// entries written since; a load that becomes done stays done, so every checkpoint ever
+/// written stays true and the newest one serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcCheckpoint {
+    /// Loads gc has to look at again: open ones, and finished ones it could not finish (a part
+    /// a running ATTACH holds).
+    pub pending: Vec<String>,
+    /// Milliseconds from the start of the run's first ledger read to the INSERT of this entry
+    /// (this machine's monotonic clock): with the entry's `written_at` (the server's clock)
+    /// it bounds, on the server's clock, when the run looked.
+    pub looked_ms_before_written: u64,
+}
+
+impl GcCheckpoint {
+    /// Server time (ms) before which every entry written was visible to the run that recorded
+    /// this checkpoint, written at `written_at_ms`, minus [`GC_REDISCOVERY_MARGIN_MS`]: the
+    /// next run looks at every load with an entry written from here on.
+    pub fn covers_before(&self, written_at_ms: i64) -> i64 {
+        written_at_ms
+            .saturating_sub(i64::try_from(self.looked_ms_before_written).unwrap_or(i64::MAX))
+            .saturating_sub(GC_REDISCOVERY_MARGIN_MS)
+    }
 }
 
 /// How a load ends, settled once by the first `decision` entry.
@@ -278,6 +339,16 @@ impl LoadView {
                     .map_err(|err| bad_entry(e, err.to_string()))
             })
             .transpose()
+    }
+
+    /// The entry by which gc recorded the load finished and cleaned, if it did.
+    pub fn gc_done(&self) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.kind == kind::GC_DONE)
+    }
+
+    /// Whether the load is committed or aborted.
+    pub fn finished(&self) -> bool {
+        matches!(self.state, LoadState::Committed | LoadState::Aborted)
     }
 
     /// The body of the first entry of `kind`, read as `T`; one that does not read is an error
@@ -379,7 +450,11 @@ pub fn replay(mut entries: Vec<Entry>, known_kinds: &[&str]) -> Result<LoadView,
             kind::LOAD_ABANDONED if matches!(state, LoadState::Open | LoadState::Unknown) => {
                 state = LoadState::Aborted
             }
-            kind::LOAD_COMMITTED | kind::LOAD_ABORTED | kind::LOAD_ABANDONED | kind::DECIDED => {}
+            kind::LOAD_COMMITTED
+            | kind::LOAD_ABORTED
+            | kind::LOAD_ABANDONED
+            | kind::DECIDED
+            | kind::GC_DONE => {}
             other if known_kinds.contains(&other) => {}
             other => {
                 return Err(LedgerError::UnknownKind {
@@ -416,8 +491,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn state_is_derived_by_replay() {
+    /// Replay's scenario table: (name, entries, state).
+    fn scenarios() -> Vec<(&'static str, Vec<Entry>, LoadState)> {
         let spec = serde_json::to_string(&crate::snapshot::tests::sample_spec()).unwrap();
         let opened = |at| entry("open", kind::LOAD_OPENED, at, &spec);
         let committed = |at| entry("commit", kind::LOAD_COMMITTED, at, "{}");
@@ -431,7 +506,7 @@ mod tests {
                 &format!("{{\"decision\":\"{d}\"}}"),
             )
         };
-        let rows: Vec<(&str, Vec<Entry>, LoadState)> = vec![
+        let rows: Vec<(&'static str, Vec<Entry>, LoadState)> = vec![
             ("nothing written", vec![], LoadState::Unknown),
             ("begun", vec![opened(1)], LoadState::Open),
             (
@@ -515,11 +590,66 @@ mod tests {
                 ],
                 LoadState::Committed,
             ),
+            (
+                "committed, then recorded done by gc",
+                vec![
+                    opened(1),
+                    decided(4, "commit"),
+                    committed(6),
+                    entry(entry::GC_DONE, kind::GC_DONE, 9, "{}"),
+                ],
+                LoadState::Committed,
+            ),
         ];
-        for (name, entries, want) in rows {
+        rows
+    }
+
+    #[test]
+    fn state_is_derived_by_replay() {
+        for (name, entries, want) in scenarios() {
             let view = replay(entries, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(view.state, want, "{name}");
         }
+    }
+
+    /// What `chpart ledger prune` keeps of a finished load settles the same state as all of its
+    /// entries, and an unfinished load's tombstone kinds never read as finished (so prune,
+    /// which checks them, can never take an open load for a finished one).
+    #[test]
+    fn the_tombstone_kinds_alone_settle_a_finished_loads_state() {
+        for (name, entries, want) in scenarios() {
+            let kept: Vec<Entry> = entries
+                .iter()
+                .filter(|e| TOMBSTONE_KINDS.contains(&e.kind.as_str()))
+                .cloned()
+                .collect();
+            let pruned = replay(kept, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
+            match want {
+                LoadState::Committed | LoadState::Aborted => {
+                    assert_eq!(pruned.state, want, "{name}")
+                }
+                LoadState::Open | LoadState::Unknown => {
+                    assert!(!pruned.finished(), "{name}: {:?}", pruned.state)
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_covers_what_its_run_could_see_less_the_margin() {
+        let checkpoint = GcCheckpoint {
+            pending: vec![],
+            looked_ms_before_written: 2_500,
+        };
+        assert_eq!(
+            checkpoint.covers_before(10_000_000),
+            10_000_000 - 2_500 - GC_REDISCOVERY_MARGIN_MS
+        );
+        let absurd = GcCheckpoint {
+            pending: vec![],
+            looked_ms_before_written: u64::MAX,
+        };
+        assert_eq!(absurd.covers_before(0), i64::MIN);
     }
 
     #[test]

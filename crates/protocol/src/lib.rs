@@ -14,6 +14,7 @@
 //! - [`begin`]: opening a load.
 //! - [`build`]: one task attempt, from rows to published parts and a manifest.
 //! - [`cluster`]: loads into a Distributed table: a sub-load per shard, routing, commit across shards.
+//! - [`cleanup`]: abort, gc and status; [`retention`]: pruning the ledger of long-finished loads.
 
 #![warn(missing_docs)]
 
@@ -25,6 +26,7 @@ pub mod commit;
 pub mod events;
 pub mod ledger;
 pub mod observe;
+pub mod retention;
 pub mod snapshot;
 pub mod store;
 pub mod timeline;

@@ -1,19 +1,61 @@
 //! The ledger's storage: a MergeTree table in ClickHouse, written with fsync and read back in
 //! full for one load at a time.
+//!
+//! The table is ordered by `(load_id, written_at, entry_id)`, so every read of one load (or of
+//! a list of loads) is a range of the primary index: what `begin`, `build`'s fences, `commit`,
+//! `abort` and `status --load` read costs the same in a ledger of a hundred loads and in one of
+//! years of hourly loads. The reads across loads are few and bounded too: gc and the replace
+//! checks read the loads its newest checkpoint left pending plus those written since
+//! ([`Ledger::unsettled_loads`], over a projection ordered by `written_at`), and `status` of
+//! every load reads the summaries gc recorded instead of every entry.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use chpart_core::LoadId;
 use chpart_server::{quote_ident, quote_str, ClickHouseServer, ServerError, SharedServer};
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use crate::ledger::{
-    kind, replay, Decision, DecisionBody, Entry, LedgerError, LoadView, DECISION_ENTRY,
-    LEDGER_TABLE,
+    kind, replay, Decision, DecisionBody, Entry, GcCheckpoint, LedgerError, LoadView,
+    DECISION_ENTRY, GC_RECORDS, LEDGER_TABLE,
 };
 
 /// Inserts into the ledger the server remembers for deduplication. Two decisions of one load
 /// race within seconds; this many other ledger INSERTs in between is far beyond that.
 pub const DEDUPLICATION_WINDOW: u64 = 10_000;
+
+/// The ledger's projection ordered by write time: which loads have entries written since a
+/// moment is then a range of its index, not a scan of the table.
+pub const BY_WRITTEN_AT: &str = "by_written_at";
+
+/// Loads per statement of the reads, writes and deletes that name loads: well under
+/// ClickHouse's 256 KiB `max_query_size` at 128 bytes per id.
+pub const LOADS_PER_STATEMENT: usize = 1000;
+
+/// The ledger's columns as [`chpart_server::ClickHouseServer::ledger_entries`] reads them.
+const COLUMNS: &str = "load_id, entry_id, toString(kind) AS kind, \
+     toInt64(toUnixTimestamp64Milli(written_at)) AS written_at_ms, writer, body";
+
+/// Which bodies [`Ledger::entries_of`] reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Bodies<'a> {
+    /// Every entry's.
+    All,
+    /// Those of entries of these kinds only.
+    OfKinds(&'a [&'a str]),
+}
+
+/// The loads a gc run (or a check across loads) has to read: every load that is not yet
+/// recorded done by gc, and perhaps some that are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsettled {
+    /// The loads, by id.
+    pub loads: BTreeSet<String>,
+    /// From the newest gc checkpoint and the loads written since; `false`: no gc has recorded
+    /// one yet, and the whole ledger was read (load ids and kinds only).
+    pub from_checkpoint: bool,
+}
 
 /// The ledger of one ClickHouse server, in `database`.
 #[derive(Debug, Clone)]
@@ -48,6 +90,18 @@ impl LedgerStoreError {
             LedgerStoreError::Ledger(_) => None,
         }
     }
+}
+
+/// `load_id IN ('a', 'b')` of `loads`, quoted.
+fn in_list(loads: &[String]) -> String {
+    let quoted: Vec<String> = loads.iter().map(|l| quote_str(l)).collect();
+    format!("load_id IN ({})", quoted.join(", "))
+}
+
+/// `kind IN ('a', 'b')` of `kinds`, quoted.
+fn kinds_list(kinds: &[&str]) -> String {
+    let quoted: Vec<String> = kinds.iter().map(|k| quote_str(k)).collect();
+    format!("kind IN ({})", quoted.join(", "))
 }
 
 /// Milliseconds since the Unix epoch, on this machine's clock.
@@ -95,7 +149,8 @@ impl Ledger {
         let ddl = format!(
             "CREATE TABLE IF NOT EXISTS {} (\
                load_id String, entry_id String, kind LowCardinality(String), \
-               written_at DateTime64(3, 'UTC') DEFAULT now64(3), writer String, body String CODEC(ZSTD(3))\
+               written_at DateTime64(3, 'UTC') DEFAULT now64(3), writer String, body String CODEC(ZSTD(3)), \
+               PROJECTION {BY_WRITTEN_AT} (SELECT load_id, written_at, kind ORDER BY written_at)\
              ) ENGINE = MergeTree ORDER BY (load_id, written_at, entry_id) \
              SETTINGS fsync_after_insert = 1, fsync_part_directory = 1, \
              non_replicated_deduplication_window = {DEDUPLICATION_WINDOW}",
@@ -112,13 +167,36 @@ impl Ledger {
             .table_info(db, table)
             .await
             .map_err(|e| self.err(e))?;
-        if info.is_some_and(|i| {
+        if info.as_ref().is_some_and(|i| {
             !i.engine_full
                 .contains("non_replicated_deduplication_window")
         }) {
             self.server
                 .execute_idempotent(&format!(
                     "ALTER TABLE {} MODIFY SETTING non_replicated_deduplication_window = {DEDUPLICATION_WINDOW}",
+                    self.table()
+                ))
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        // A ledger made before the projection: add it, and build it for the parts already
+        // there in the background (a mutation; until it is done those parts are read whole,
+        // which costs time, never correctness).
+        if info
+            .as_ref()
+            .is_some_and(|i| !i.create_table_query.contains(BY_WRITTEN_AT))
+        {
+            self.server
+                .execute_idempotent(&format!(
+                    "ALTER TABLE {} ADD PROJECTION IF NOT EXISTS {BY_WRITTEN_AT} \
+                     (SELECT load_id, written_at, kind ORDER BY written_at)",
+                    self.table()
+                ))
+                .await
+                .map_err(|e| self.err(e))?;
+            self.server
+                .execute_idempotent(&format!(
+                    "ALTER TABLE {} MATERIALIZE PROJECTION {BY_WRITTEN_AT}",
                     self.table()
                 ))
                 .await
@@ -197,12 +275,25 @@ impl Ledger {
         entries: &[(String, &str, String)],
         settings: &str,
     ) -> Result<(), LedgerStoreError> {
+        let rows: Vec<(&str, &str, &str, &str)> = entries
+            .iter()
+            .map(|(id, kind, body)| (load.as_str(), id.as_str(), *kind, body.as_str()))
+            .collect();
+        self.insert_rows(&rows, settings).await
+    }
+
+    /// One INSERT of `(load_id, entry_id, kind, body)` rows, loads of their own.
+    async fn insert_rows(
+        &self,
+        entries: &[(&str, &str, &str, &str)],
+        settings: &str,
+    ) -> Result<(), LedgerStoreError> {
         let rows: Vec<String> = entries
             .iter()
-            .map(|(id, kind, body)| {
+            .map(|(load, id, kind, body)| {
                 format!(
                     "({}, {}, {}, {}, {})",
-                    quote_str(load.as_str()),
+                    quote_str(load),
                     quote_str(id),
                     quote_str(kind),
                     quote_str(&self.writer),
@@ -224,8 +315,7 @@ impl Ledger {
     /// Every entry of `load`, raw.
     pub async fn entries(&self, load: &LoadId) -> Result<Vec<Entry>, LedgerStoreError> {
         let sql = format!(
-            "SELECT load_id, entry_id, toString(kind) AS kind, toInt64(toUnixTimestamp64Milli(written_at)) AS written_at_ms, \
-             writer, body FROM {} WHERE load_id = {{l:String}} ORDER BY written_at, entry_id",
+            "SELECT {COLUMNS} FROM {} WHERE load_id = {{l:String}} ORDER BY written_at, entry_id",
             self.table()
         );
         let rows = self
@@ -271,26 +361,234 @@ impl Ledger {
 }
 
 impl Ledger {
-    /// Every entry of every load, grouped by load (for `status` and `gc`). A missing ledger
-    /// table means no load was ever begun.
-    pub async fn all_entries(
+    /// Rows of `sql` (a query selecting the ledger's columns); a missing ledger table means no
+    /// load was ever begun, so no rows.
+    async fn rows(
         &self,
-    ) -> Result<std::collections::BTreeMap<String, Vec<Entry>>, LedgerStoreError> {
-        let sql = format!(
-            "SELECT load_id, entry_id, toString(kind) AS kind, toInt64(toUnixTimestamp64Milli(written_at)) AS written_at_ms, \
-             writer, body FROM {} ORDER BY load_id, written_at, entry_id",
-            self.table()
-        );
-        let rows = match self.server.ledger_entries(&sql, &[]).await {
-            Ok(rows) => rows,
-            Err(e) if matches!(e.code(), Some(60) | Some(81)) => Vec::new(),
-            Err(e) => return Err(self.err(e)),
+        sql: &str,
+        params: &[(&str, &str)],
+    ) -> Result<Vec<Entry>, LedgerStoreError> {
+        match self.server.ledger_entries(sql, params).await {
+            Ok(rows) => Ok(rows),
+            Err(e) if matches!(e.code(), Some(60) | Some(81)) => Ok(Vec::new()),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// The entries of each of `loads` (index ranges), grouped by load, with the bodies
+    /// `bodies` asks for (the others empty: what is only counted is not read).
+    pub async fn entries_of(
+        &self,
+        loads: &[String],
+        bodies: Bodies<'_>,
+    ) -> Result<BTreeMap<String, Vec<Entry>>, LedgerStoreError> {
+        let mut out: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
+        let columns = match bodies {
+            Bodies::All => COLUMNS.to_owned(),
+            Bodies::OfKinds(kinds) => COLUMNS.replace(
+                ", body",
+                &format!(", if({}, body, '') AS body", kinds_list(kinds)),
+            ),
         };
-        let mut out: std::collections::BTreeMap<String, Vec<Entry>> =
-            std::collections::BTreeMap::new();
-        for r in rows {
-            out.entry(r.load_id.clone()).or_default().push(r);
+        for batch in loads.chunks(LOADS_PER_STATEMENT) {
+            let sql = format!(
+                "SELECT {columns} FROM {} WHERE {} ORDER BY load_id, written_at, entry_id",
+                self.table(),
+                in_list(batch)
+            );
+            for e in self.rows(&sql, &[]).await? {
+                out.entry(e.load_id.clone()).or_default().push(e);
+            }
         }
         Ok(out)
+    }
+
+    /// The views of `loads`, read in a few statements (index ranges); loads without entries
+    /// are absent.
+    pub async fn views(
+        &self,
+        loads: &[String],
+    ) -> Result<BTreeMap<String, LoadView>, LedgerStoreError> {
+        let mut out = BTreeMap::new();
+        for (load, entries) in self.entries_of(loads, Bodies::All).await? {
+            out.insert(load, replay(entries, crate::KNOWN_KINDS)?);
+        }
+        Ok(out)
+    }
+
+    /// The loads to look at across the ledger (gc, and the checks of other open replace
+    /// loads): those the newest gc checkpoint left pending and those with an entry written
+    /// since it looked ([`GcCheckpoint::covers_before`]), read over the `written_at`
+    /// projection; a `gc_done` entry does not count (it makes nothing to do). Every load not
+    /// recorded done by gc is among them, so every open load is.
+    /// Without a checkpoint, every load without a `gc_done` entry (a scan of two narrow
+    /// columns, once: the first gc run records a checkpoint).
+    pub async fn unsettled_loads(&self) -> Result<Unsettled, LedgerStoreError> {
+        // Selected as ledger rows (the blanks named like columns only outside the subquery, so
+        // that `kind` in its WHERE is the column).
+        let loads_of = |inner: String| {
+            format!(
+                "SELECT load_id, '' AS entry_id, '' AS kind, toInt64(toUnixTimestamp64Milli(last)) AS written_at_ms, \
+                 '' AS writer, '' AS body FROM ({inner})"
+            )
+        };
+        let Some((written_at, checkpoint)) = self.latest_gc_checkpoint().await? else {
+            let sql = loads_of(format!(
+                "SELECT load_id, max(written_at) AS last FROM {} WHERE NOT startsWith(load_id, '.') \
+                 GROUP BY load_id HAVING countIf(kind = {}) = 0",
+                self.table(),
+                quote_str(kind::GC_DONE)
+            ));
+            return Ok(Unsettled {
+                loads: self
+                    .rows(&sql, &[])
+                    .await?
+                    .into_iter()
+                    .map(|e| e.load_id)
+                    .collect(),
+                from_checkpoint: false,
+            });
+        };
+        let from = checkpoint.covers_before(written_at).to_string();
+        let sql = loads_of(format!(
+            "SELECT load_id, max(written_at) AS last FROM {} \
+             WHERE written_at >= fromUnixTimestamp64Milli({{from:Int64}}, 'UTC') AND kind != {{done:String}} \
+             AND NOT startsWith(load_id, '.') GROUP BY load_id",
+            self.table()
+        ));
+        let mut loads: BTreeSet<String> = checkpoint.pending.into_iter().collect();
+        loads.extend(
+            self.rows(&sql, &[("from", from.as_str()), ("done", kind::GC_DONE)])
+                .await?
+                .into_iter()
+                .map(|e| e.load_id),
+        );
+        Ok(Unsettled {
+            loads,
+            from_checkpoint: true,
+        })
+    }
+
+    /// The newest gc checkpoint and when it was written (server clock, ms), if any: the last
+    /// rows of one index range.
+    pub async fn latest_gc_checkpoint(
+        &self,
+    ) -> Result<Option<(i64, GcCheckpoint)>, LedgerStoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE load_id = {{l:String}} AND kind = {{k:String}} \
+             ORDER BY written_at DESC, entry_id DESC LIMIT 1",
+            self.table()
+        );
+        let rows = self
+            .rows(&sql, &[("l", GC_RECORDS), ("k", kind::GC_CHECKPOINT)])
+            .await?;
+        rows.into_iter()
+            .next()
+            .map(|e| Ok((e.written_at_ms, crate::ledger::body_of::<GcCheckpoint>(&e)?)))
+            .transpose()
+    }
+
+    /// What one gc run finished, in one INSERT: a `gc_done` entry per load (`(load, summary)`)
+    /// and, when given, the run's checkpoint. Written after the removals they record, so a
+    /// crash before leaves the next run to do the same again (gc is idempotent).
+    pub async fn record_gc(
+        &self,
+        done: &[(String, String)],
+        checkpoint: Option<&GcCheckpoint>,
+    ) -> Result<(), LedgerStoreError> {
+        let checkpoint = checkpoint.map(|c| {
+            (
+                format!("checkpoint:{}:{}", now_unix_ms(), self.writer),
+                serde_json::to_string(c).expect("a checkpoint serializes"),
+            )
+        });
+        let mut rows: Vec<(&str, &str, &str, &str)> = done
+            .iter()
+            .map(|(load, body)| {
+                (
+                    load.as_str(),
+                    crate::ledger::entry::GC_DONE,
+                    kind::GC_DONE,
+                    body.as_str(),
+                )
+            })
+            .collect();
+        if let Some((id, body)) = &checkpoint {
+            rows.push((GC_RECORDS, id.as_str(), kind::GC_CHECKPOINT, body.as_str()));
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.insert_rows(&rows, "").await
+    }
+
+    /// Every `gc_done` entry (of loads gc finished): the summaries `status` shows for them, and
+    /// what `ledger prune` may prune. A scan of the `kind` column; bodies are read for matching
+    /// rows only.
+    pub async fn gc_done_entries(&self) -> Result<Vec<Entry>, LedgerStoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE kind = {{k:String}} AND NOT startsWith(load_id, '.') \
+             ORDER BY load_id, written_at, entry_id",
+            self.table()
+        );
+        self.rows(&sql, &[("k", kind::GC_DONE)]).await
+    }
+
+    /// Deletes every entry of `loads` except those of `keep` kinds (`ALTER TABLE ... DELETE`,
+    /// waited for). Safe to send again: it deletes the same rows or none.
+    pub async fn delete_entries(
+        &self,
+        loads: &[String],
+        keep: &[&str],
+    ) -> Result<(), LedgerStoreError> {
+        for batch in loads.chunks(LOADS_PER_STATEMENT) {
+            let sql = format!(
+                "ALTER TABLE {} DELETE WHERE {} AND NOT ({}) SETTINGS mutations_sync = 1",
+                self.table(),
+                in_list(batch),
+                kinds_list(keep)
+            );
+            self.server
+                .execute_idempotent(&sql)
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// Deletes gc checkpoints written before `before_ms` (server clock), except the newest
+    /// checkpoint, which later gc runs start from (with `dry_run`, only counts them). Returns
+    /// how many there were.
+    pub async fn delete_gc_checkpoints(
+        &self,
+        before_ms: i64,
+        dry_run: bool,
+    ) -> Result<usize, LedgerStoreError> {
+        let Some((newest, _)) = self.latest_gc_checkpoint().await? else {
+            return Ok(0);
+        };
+        let cut = before_ms.min(newest);
+        let sql = format!(
+            "SELECT load_id, entry_id, toString(kind) AS kind, \
+             toInt64(toUnixTimestamp64Milli(written_at)) AS written_at_ms, writer, '' AS body \
+             FROM {} WHERE load_id = {{l:String}} AND written_at < fromUnixTimestamp64Milli({{c:Int64}}, 'UTC')",
+            self.table()
+        );
+        let cut_text = cut.to_string();
+        let old = self
+            .rows(&sql, &[("l", GC_RECORDS), ("c", cut_text.as_str())])
+            .await?;
+        if !old.is_empty() && !dry_run {
+            self.server
+                .execute_idempotent(&format!(
+                    "ALTER TABLE {} DELETE WHERE load_id = {} AND written_at < fromUnixTimestamp64Milli(toInt64({cut}), 'UTC') \
+                     SETTINGS mutations_sync = 1",
+                    self.table(),
+                    quote_str(GC_RECORDS)
+                ))
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(old.len())
     }
 }

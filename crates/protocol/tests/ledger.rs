@@ -104,3 +104,58 @@ fn one_spec_and_one_plan_are_kept_per_load() {
         assert_eq!(ledger.entries(&other).await.unwrap().len(), 1);
     });
 }
+
+/// A ledger made by an earlier chpart (no `by_written_at` projection, no deduplication window)
+/// keeps every entry when a newer one first uses it: `ensure` adds what is missing, and the
+/// reads across loads work before and after the projection is built.
+#[test]
+fn a_ledger_made_by_an_earlier_chpart_is_upgraded_in_place() {
+    let ch = shared();
+    let db = TestDb::new(ch, "ledger_upgrade");
+    let rt = rt();
+    let ledger = ledger_for(&db);
+    let table = format!("`{}`.ledger", ledger.database());
+    ch.q(&format!("CREATE DATABASE `{}`", ledger.database()));
+    // The first chpart's DDL.
+    ch.q(&format!(
+        "CREATE TABLE {table} (load_id String, entry_id String, kind LowCardinality(String), \
+         written_at DateTime64(3, 'UTC') DEFAULT now64(3), writer String, body String CODEC(ZSTD(3))) \
+         ENGINE = MergeTree ORDER BY (load_id, written_at, entry_id) \
+         SETTINGS fsync_after_insert = 1, fsync_part_directory = 1"
+    ));
+    let (a, b): (LoadId, LoadId) = ("old-a".parse().unwrap(), "old-b".parse().unwrap());
+    rt.block_on(async {
+        ledger.append(&a, "x", "x_step", "{}").await.unwrap();
+        ledger
+            .append(&b, "abort", kind::LOAD_ABORTED, "{}")
+            .await
+            .unwrap();
+        let before = ledger.unsettled_loads().await.unwrap();
+        assert!(!before.from_checkpoint);
+        assert_eq!(before.loads.len(), 2, "{before:?}");
+
+        ledger.ensure().await.unwrap();
+        ledger.ensure().await.unwrap(); // idempotent
+        assert_eq!(ledger.entries(&a).await.unwrap().len(), 1);
+        assert_eq!(
+            ledger.view(&b, &[]).await.unwrap().state,
+            LoadState::Aborted
+        );
+        let after = ledger.unsettled_loads().await.unwrap();
+        assert_eq!(after, before);
+    });
+    let ddl = ch.q(&format!(
+        "SELECT create_table_query FROM system.tables WHERE database = '{}' AND name = 'ledger'",
+        ledger.database()
+    ));
+    assert!(
+        ddl.contains("PROJECTION by_written_at")
+            && ddl.contains("non_replicated_deduplication_window = 10000"),
+        "{ddl}"
+    );
+    assert_eq!(
+        ch.q(&format!("SELECT count() FROM {table}")).trim(),
+        "2",
+        "no entry lost"
+    );
+}

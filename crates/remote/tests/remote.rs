@@ -69,27 +69,28 @@ fn other_filesystem_dir(same_as: &Path) -> tempfile::TempDir {
     dir
 }
 
-#[test]
-fn local_backend_meets_the_contract() {
+/// The conformance suite against `fs_` in fresh scratch directories (sshd runs on this
+/// machine, so a local tempdir is also the remote scratch).
+fn conformance_in_scratch(fs_: &dyn RemoteFs) {
     let tmp = tempfile::tempdir().unwrap();
     let remote = tmp.path().join("remote");
     let local = tmp.path().join("local");
     fs::create_dir_all(&remote).unwrap();
     fs::create_dir_all(&local).unwrap();
-    conformance::run_all(&LocalFs::new(), &path_str(&remote), &local);
+    conformance::run_all(fs_, &path_str(&remote), &local);
+}
+
+#[test]
+fn local_backend_meets_the_contract() {
+    conformance_in_scratch(&LocalFs::new());
 }
 
 #[test]
 fn reconnecting_local_backend_meets_the_contract() {
-    let tmp = tempfile::tempdir().unwrap();
-    let remote = tmp.path().join("remote");
-    let local = tmp.path().join("local");
-    fs::create_dir_all(&remote).unwrap();
-    fs::create_dir_all(&local).unwrap();
     let connector: Connector = Box::new(|| Ok(Arc::new(LocalFs::new()) as Arc<dyn RemoteFs>));
     let fs_ =
         Reconnecting::connect(connector, RetryPolicy::within(Duration::from_secs(5))).unwrap();
-    conformance::run_all(&fs_, &path_str(&remote), &local);
+    conformance_in_scratch(&fs_);
 }
 
 #[test]
@@ -100,21 +101,33 @@ fn sftp_backend_meets_the_contract() {
         fs_.describe(),
         format!("sftp://root@127.0.0.1:{}", sshd.port)
     );
-    // sshd runs on this machine, so a local tempdir is also the remote scratch.
-    let tmp = tempfile::tempdir().unwrap();
-    let remote = tmp.path().join("remote");
-    let local = tmp.path().join("local");
-    fs::create_dir_all(&remote).unwrap();
-    fs::create_dir_all(&local).unwrap();
-    conformance::run_all(&fs_, &path_str(&remote), &local);
+    conformance_in_scratch(&fs_);
 
     let cfg = config(&sshd, "root");
     let connector: Connector = Box::new(move || Ok(Arc::new(SftpFs::connect(&cfg)?) as _));
     let reconnecting =
         Reconnecting::connect(connector, RetryPolicy::within(Duration::from_secs(5))).unwrap();
-    let remote = tmp.path().join("remote-reconnecting");
-    fs::create_dir_all(&remote).unwrap();
-    conformance::run_all(&reconnecting, &path_str(&remote), &local);
+    conformance_in_scratch(&reconnecting);
+}
+
+/// The whole contract holds through the deploy guide's least-privilege `authorized_keys` line
+/// (`restrict,command="internal-sftp"`): chpart needs nothing but the SFTP subsystem. That the
+/// same key cannot run a command is `tests/ssh.rs`'s to show, with the OpenSSH client.
+#[test]
+fn sftp_backend_meets_the_contract_through_an_sftp_only_key() {
+    let sshd = Sshd::start(&[]);
+    let line = sshd.restrict_to_sftp();
+    assert!(
+        line.starts_with("restrict,command=\"internal-sftp\" "),
+        "{line}"
+    );
+    conformance_in_scratch(&connect(&sshd, "root"));
+    let log = fs::read_to_string(sshd.dir.join("sshd.log")).unwrap();
+    assert!(
+        log.contains("forced-command (key-option) 'internal-sftp'"),
+        "the session ran under the restricted line:\n{}",
+        sshd.log()
+    );
 }
 
 /// sshd behind a fault proxy, with a known_hosts that lists its key for the proxy's port.

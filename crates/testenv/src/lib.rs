@@ -7,7 +7,7 @@
 //!   [`clickhouse::shared`] is one server per test process and [`clickhouse::TestDb`] a fresh
 //!   database per test on it.
 //! - [`sshd::Sshd`]: OpenSSH sshd on 127.0.0.1 (or another loopback address) with keys and
-//!   `known_hosts` made per run.
+//!   `known_hosts` made per run; [`sshd::SshAgent`]: an `ssh-agent` of the test's own.
 //! - [`moto::Moto`]: moto's S3 server on 127.0.0.1, a bucket per test, for `s3` disks.
 //! - [`cluster::Cluster`]: several servers forming one ClickHouse cluster (one shard each,
 //!   each on its own loopback address, optionally with an sshd per "host").

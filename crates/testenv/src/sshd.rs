@@ -8,6 +8,11 @@
 //! which stops it, and kills it if it lingers: teardown happens when a test
 //! panics, and the pipe also closes when the whole test process dies. A
 //! missing sshd is a panic that names the install command, never a skipped test.
+//!
+//! [`Sshd::restrict_to_sftp`] installs the deploy guide's SFTP-only
+//! `authorized_keys` line and [`Sshd::ssh`] runs the OpenSSH client against the
+//! daemon (what a stolen key could try); [`SshAgent`] is a real `ssh-agent` of
+//! the test's own. A missing client tool is a panic naming its package too.
 
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -28,6 +33,9 @@ const PORT_ATTEMPTS: usize = 3;
 
 /// How long sshd gets to exit after its watchdog pipe closes before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long [`Sshd::ssh`] and the `ssh-add` of [`SshAgent::add`] may run.
+pub const SSH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running sshd on `host:port` (127.0.0.1 unless started with
 /// [`Sshd::start_on`]) that accepts `client_key` for root and the users it was
@@ -83,6 +91,52 @@ impl Sshd {
         log_tail(&self.dir.join("sshd.log"), 40)
     }
 
+    /// Rewrites `authorized_keys` so that the client key may only use SFTP: the
+    /// least-privilege line the README's deploy guide gives,
+    /// `restrict,command="internal-sftp" <key>`. OpenSSH runs a forced command of
+    /// `internal-sftp` as its in-process SFTP server when the client asks for the
+    /// `sftp` subsystem, and refuses a shell or any other command ("This service
+    /// allows sftp connections only."); `restrict` also turns off port, agent and X11
+    /// forwarding and ptys. sshd reads the file at every login, so this applies to
+    /// the next connection. Returns the line written.
+    pub fn restrict_to_sftp(&self) -> String {
+        let public = fs::read_to_string(self.client_key.with_extension("pub"))
+            .unwrap_or_else(|e| panic!("read {}.pub: {e}", self.client_key.display()));
+        let line = format!("restrict,command=\"internal-sftp\" {}\n", public.trim());
+        let path = self.dir.join("authorized_keys");
+        fs::write(&path, &line).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        line
+    }
+
+    /// Runs `remote_command` as `user` with the OpenSSH client (`ssh`), the client
+    /// key and this server's known_hosts, no agent, no password prompt, stdin
+    /// closed; kills it after [`SSH_TIMEOUT`]. What a shell login would look like.
+    pub fn ssh(&self, user: &str, remote_command: &str) -> std::process::Output {
+        require_tool("ssh");
+        let mut cmd = Command::new("ssh");
+        cmd.arg("-i")
+            .arg(&self.client_key)
+            .args(["-p", &self.port.to_string()])
+            .arg("-o")
+            .arg(format!("UserKnownHostsFile={}", self.known_hosts.display()))
+            .args([
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "IdentityAgent=none",
+                "-o",
+                "ConnectTimeout=10",
+            ])
+            .arg(format!("{user}@{}", self.host))
+            .arg(remote_command)
+            .env_remove("SSH_AUTH_SOCK");
+        output_within(&mut cmd, SSH_TIMEOUT)
+    }
+
     /// Writes a known_hosts file that lists a freshly generated ed25519 key,
     /// not this server's, under this server's `[host]:port`, and returns
     /// its path: a client honouring it must refuse the connection.
@@ -133,6 +187,148 @@ impl Drop for Sshd {
         if !exited {
             let _ = self.child.kill();
         }
+        let _ = self.child.wait();
+    }
+}
+
+/// Panics naming the package and [`INSTALL_HINT`] unless the OpenSSH client tool
+/// `name` (`ssh`, `ssh-agent`, `ssh-add`, `ssh-keygen`) runs.
+fn require_tool(name: &str) {
+    let runs = Command::new(name)
+        .arg("-?")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !runs {
+        panic!("{name} not found (package openssh-client): {INSTALL_HINT}");
+    }
+}
+
+/// Runs `cmd` with stdin closed and its output captured; kills it and panics if it
+/// runs longer than `timeout`.
+fn output_within(cmd: &mut Command, timeout: Duration) -> std::process::Output {
+    let described = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {described}: {e} ({INSTALL_HINT})"));
+    // Read both pipes on threads of their own, so a chatty child cannot block on a full pipe.
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stdout, &mut buf);
+        buf
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut buf);
+        buf
+    });
+    let exited = wait_until(timeout, || matches!(child.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{described} did not finish within {timeout:?}");
+    }
+    let status = child.wait().expect("reap the child");
+    std::process::Output {
+        status,
+        stdout: out_reader.join().expect("stdout reader"),
+        stderr: err_reader.join().expect("stderr reader"),
+    }
+}
+
+/// A running OpenSSH `ssh-agent` of this test alone, listening on a socket in a
+/// directory of its own, stopped on drop. Give [`SshAgent::socket`] to a client as
+/// `SSH_AUTH_SOCK` (to a child process: setting the variable in a multi-threaded
+/// test process would race with other tests).
+pub struct SshAgent {
+    /// The agent's socket (what `SSH_AUTH_SOCK` names).
+    pub socket: PathBuf,
+    child: Child,
+    _tempdir: tempfile::TempDir,
+}
+
+impl SshAgent {
+    /// Starts `ssh-agent -D -a <socket>` (in the foreground, so this handle owns the
+    /// agent process itself) and waits for its socket. Panics, naming the package,
+    /// when ssh-agent is not installed.
+    pub fn start() -> SshAgent {
+        require_tool("ssh-agent");
+        let tempdir = scratch_dir("agent");
+        let socket = tempdir.path().join("agent.sock");
+        let mut child = Command::new("ssh-agent")
+            .arg("-D")
+            .arg("-a")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn ssh-agent: {e} ({INSTALL_HINT})"));
+        let up = wait_until(START_TIMEOUT, || {
+            socket.exists() || matches!(child.try_wait(), Ok(Some(_)))
+        });
+        if !up || !socket.exists() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "ssh-agent did not create its socket {} within {START_TIMEOUT:?}",
+                socket.display()
+            );
+        }
+        SshAgent {
+            socket,
+            child,
+            _tempdir: tempdir,
+        }
+    }
+
+    /// `ssh-add <key>` into this agent; panics with ssh-add's output when it fails.
+    pub fn add(&self, key: &Path) {
+        require_tool("ssh-add");
+        let out = output_within(
+            Command::new("ssh-add")
+                .arg(key)
+                .env("SSH_AUTH_SOCK", &self.socket),
+            SSH_TIMEOUT,
+        );
+        assert!(
+            out.status.success(),
+            "ssh-add {} failed ({}): {}{}",
+            key.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The public keys the agent holds (`ssh-add -L`), one per line; empty when none.
+    pub fn keys(&self) -> Vec<String> {
+        require_tool("ssh-add");
+        let out = output_within(
+            Command::new("ssh-add")
+                .arg("-L")
+                .env("SSH_AUTH_SOCK", &self.socket),
+            SSH_TIMEOUT,
+        );
+        // Exit status 1 with "The agent has no identities." is an empty agent.
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("ssh-"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for SshAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
