@@ -4,47 +4,24 @@
 //! load's size. The breakdown is printed (issue 12 works that number down).
 
 mod common;
+use common::OneHost;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chpart_build::LocalCommand;
-use chpart_core::{Attempt, RemotePath, StagingLayout, StagingRoots};
+use chpart_core::{Attempt, StagingLayout};
 use chpart_protocol::begin::{begin, BeginRequest};
 use chpart_protocol::build::{build, BuildEnv, BuildRequest, Input, LedgerDirectory};
 use chpart_protocol::cluster::Reach;
 use chpart_protocol::commit::{commit, CommitEnv, CommitRequest};
 use chpart_protocol::ledger::{Mode, Visibility};
 use chpart_protocol::store::Ledger;
-use chpart_remote::{LocalFs, RemoteError, RemoteFs};
+use chpart_remote::LocalFs;
 use chpart_server::faults::Faulty;
-use chpart_server::{Server, ServerConfig, SharedServer};
+use chpart_server::{Server, ServerConfig};
 use chpart_testenv::clickhouse::{shared, TestDb};
-
-/// The shared server behind one [`Faulty`], its filesystem directly.
-struct OneServer {
-    server: Arc<Faulty>,
-    staging: String,
-}
-
-impl Reach for OneServer {
-    fn server(&self, _url: &str) -> SharedServer {
-        self.server.clone()
-    }
-    fn connect(&self, _host: &str, _n: usize) -> Result<Vec<Arc<dyn RemoteFs>>, RemoteError> {
-        Ok(vec![Arc::new(LocalFs::new())])
-    }
-    fn staging(&self, _host: &str) -> StagingRoots {
-        StagingRoots {
-            single: RemotePath::new(&self.staging).unwrap(),
-            per_disk: Vec::new(),
-        }
-    }
-    fn url(&self, _host: &str) -> Option<String> {
-        None
-    }
-}
 
 /// Statements of one commit of `spark_partitions` attempts, each 1000 rows over
 /// `months` months (so `spark_partitions * months` parts in `months` partitions), by method.
@@ -62,16 +39,17 @@ fn commit_calls(
         db.name
     ));
     let staging = ch.data_dir.join("chpart-staging").display().to_string();
-    let reach = OneServer {
-        server: Arc::new(Faulty::new(Arc::new(Server::new(&ServerConfig {
-            url: ch.url(),
-            user: "default".into(),
-            password: None,
-            request_timeout: Duration::from_secs(60),
-        })))),
+    let faulty = Arc::new(Faulty::new(Arc::new(Server::new(&ServerConfig {
+        url: ch.url(),
+        user: "default".into(),
+        password: None,
+        request_timeout: Duration::from_secs(60),
+    }))));
+    let reach = OneHost {
+        server: faulty.clone(),
         staging: staging.clone(),
     };
-    let ledger = Ledger::new(reach.server.clone(), &format!("{}_ledger", db.name));
+    let ledger = Ledger::new(faulty.clone(), &format!("{}_ledger", db.name));
     let rt = common::rt();
     let load: chpart_core::LoadId = format!("cost-{table}").parse().unwrap();
     rt.block_on(begin(
@@ -130,11 +108,11 @@ fn commit_calls(
         .unwrap();
         winners.push((p as usize, report.line));
     }
-    let before = reach.server.calls().len();
+    let before = faulty.calls().len();
     rt.block_on(commit(
         &CommitEnv {
             ledger: &ledger,
-            server: reach.server.as_ref(),
+            server: faulty.as_ref(),
             fs: &LocalFs::new(),
             staging: StagingLayout::new(&staging).unwrap(),
         },
@@ -150,7 +128,7 @@ fn commit_calls(
     ))
     .unwrap();
     let mut by_method = BTreeMap::new();
-    for call in &reach.server.calls()[before..] {
+    for call in &faulty.calls()[before..] {
         let method = match call.method {
             "execute" if call.detail.contains("MOVE PARTITION") => "execute: MOVE PARTITION",
             "execute" if call.detail.starts_with("INSERT INTO") => "execute: ledger INSERT",

@@ -10,52 +10,26 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
-use chpart_core::{LoadId, RemotePath, StagingLayout, StagingRoots, TableRef};
+use chpart_core::{LoadId, StagingLayout, StagingRoots, TableRef};
 use chpart_protocol::begin::{begin, shadow_table, BeginError, BeginOutcome, BeginRequest};
 use chpart_protocol::build::{LedgerDirectory, LoadDirectory};
 use chpart_protocol::cleanup::{abort, gc, status, GcReport, Removal};
-use chpart_protocol::cluster::Reach;
 use chpart_protocol::commit::CommitSummary;
 use chpart_protocol::ledger::{kind, LoadSpec, LoadState, Mode, Visibility, TOMBSTONE_KINDS};
 use chpart_protocol::retention::prune;
 use chpart_protocol::store::{now_unix_ms, Ledger};
-use chpart_remote::{LocalFs, RemoteError, RemoteFs};
-use chpart_server::SharedServer;
+use chpart_remote::LocalFs;
 use chpart_testenv::clickhouse::{shared, ClickHouse, TestDb};
 
 mod common;
+use common::OneHost;
 use common::{ledger_for, rt};
 
 /// Finished loads of the synthetic history.
 const HISTORY: usize = 300;
 /// How long ago the history was written.
 const THREE_DAYS_MS: u64 = 3 * 86_400_000;
-
-/// One server, the local filesystem: nothing here is a cluster.
-struct OneHost {
-    server: SharedServer,
-    staging: String,
-}
-
-impl Reach for OneHost {
-    fn server(&self, _url: &str) -> SharedServer {
-        self.server.clone()
-    }
-    fn connect(&self, _host: &str, _n: usize) -> Result<Vec<Arc<dyn RemoteFs>>, RemoteError> {
-        Ok(vec![Arc::new(LocalFs::new())])
-    }
-    fn staging(&self, _host: &str) -> StagingRoots {
-        StagingRoots {
-            single: RemotePath::new(&self.staging).unwrap(),
-            per_disk: Vec::new(),
-        }
-    }
-    fn url(&self, _host: &str) -> Option<String> {
-        None
-    }
-}
 
 struct Setup<'a> {
     ch: &'a ClickHouse,

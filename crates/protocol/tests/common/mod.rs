@@ -2,8 +2,13 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use chpart_core::{RemotePath, StagingRoots};
+use chpart_protocol::cluster::Reach;
 use chpart_protocol::store::Ledger;
-use chpart_server::{Server, ServerConfig};
+use chpart_remote::{LocalFs, RemoteError, RemoteFs};
+use chpart_server::{Server, ServerConfig, SharedServer};
 use chpart_testenv::clickhouse::TestDb;
 
 /// A ledger in a database of this test's own (`<db>_ledger`), so tests do not see each other's
@@ -27,4 +32,31 @@ pub fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// One server, reached at any URL, with the local filesystem: nothing here is a cluster.
+#[allow(dead_code)] // each test binary compiles this module; not every one uses this
+pub struct OneHost {
+    /// The server every URL reaches.
+    pub server: SharedServer,
+    /// The staging root.
+    pub staging: String,
+}
+
+impl Reach for OneHost {
+    fn server(&self, _url: &str) -> SharedServer {
+        self.server.clone()
+    }
+    fn connect(&self, _host: &str, _n: usize) -> Result<Vec<Arc<dyn RemoteFs>>, RemoteError> {
+        Ok(vec![Arc::new(LocalFs::new())])
+    }
+    fn staging(&self, _host: &str) -> StagingRoots {
+        StagingRoots {
+            single: RemotePath::new(&self.staging).unwrap(),
+            per_disk: Vec::new(),
+        }
+    }
+    fn url(&self, _host: &str) -> Option<String> {
+        None
+    }
 }
