@@ -880,7 +880,7 @@ pub async fn commit_load(
             shard_num: of.shard_num,
             parent: of.parent.clone(),
         }),
-        _ => commit(env, req).await,
+        _ => crate::commit::commit_viewed(env, req, view).await,
     }
 }
 

@@ -475,10 +475,21 @@ async fn record_many(
 /// `Published` (every partition in the target) ─► committed. Each stage decides from the
 /// ledger and a fresh observation, so a stage another run already finished is passed through.
 pub async fn commit(env: &CommitEnv<'_>, req: CommitRequest) -> Result<CommitOutcome, CommitError> {
+    let view = env.ledger.view(&req.load, crate::KNOWN_KINDS).await?;
+    commit_viewed(env, req, view).await
+}
+
+/// [`commit`] from `view`, the load's ledger as read just before (by a caller that had to read
+/// it anyway, e.g. to tell a cluster load from a table's): one ledger read fewer.
+pub(crate) async fn commit_viewed(
+    env: &CommitEnv<'_>,
+    req: CommitRequest,
+    view: LoadView,
+) -> Result<CommitOutcome, CommitError> {
     let started = Instant::now();
     let whole = Step::start(&req.load, "commit");
     let step = Step::start(&req.load, "commit.plan");
-    let planned = match Planned::open(env, &req).await {
+    let planned = match Planned::open(env, &req, view).await {
         Ok(Opened::Committed(summary)) => {
             step.ok();
             whole.counts(summary.rows, 0, summary.parts as u64, 0).ok();
@@ -549,6 +560,9 @@ struct Planned {
     decided: bool,
     /// Where each planned part waits: the data path of the disk its manifest names.
     data_paths: HashMap<PartName, RemotePath>,
+    /// The publish table as observed while the waiting parts were verified, for the first
+    /// attach round (taken by it).
+    observed: Option<TableParts>,
 }
 
 /// Stage 2: where the next step is visible, the load is this commit's (with part visibility
@@ -584,9 +598,12 @@ impl Planned {
 
     /// Opens the commit: the load's state, the winners (given, or the recorded plan's), the
     /// tables and the waiting parts checked, the plan recorded or matched.
-    async fn open(env: &CommitEnv<'_>, req: &CommitRequest) -> Result<Opened, CommitError> {
+    async fn open(
+        env: &CommitEnv<'_>,
+        req: &CommitRequest,
+        view: LoadView,
+    ) -> Result<Opened, CommitError> {
         let load = req.load.clone();
-        let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
         let spec = match (&view.state, &view.spec) {
             (LoadState::Unknown, _) | (LoadState::Open, None) => {
                 return Err(CommitError::NotBegun(load))
@@ -671,7 +688,7 @@ impl Planned {
         }
         check_tables(env, &load, &tables).await?;
         let mut progress = progress_of(&view)?;
-        verify_waiting_parts(env, &spec, &winners, &progress, verify).await?;
+        let observed = verify_waiting_parts(env, &spec, &winners, &progress, verify).await?;
         let data_paths: HashMap<PartName, RemotePath> = winners
             .manifests()
             .values()
@@ -714,6 +731,11 @@ impl Planned {
             progress,
             verify,
             data_paths,
+            // The first attach round decides from this observation instead of making its own
+            // (it precedes every ledger read the round decides from, the order the rounds
+            // need); unless it shows a claim left by an ATTACH, which is judged from a fresh
+            // look at the server.
+            observed: Some(observed).filter(|o| o.attaching.is_empty()),
         })))
     }
 
@@ -739,8 +761,9 @@ impl Claimed {
         let mut attached_now = 0;
         let mut observed_shadow = None;
         while let CommitPhase::AttachParts { .. } = p.phase() {
+            let first = p.observed.take();
             attached_now +=
-                attach_parts(env, &p.spec, &p.plan, &mut p.progress, &p.data_paths).await?;
+                attach_parts(env, &p.spec, &p.plan, &mut p.progress, &p.data_paths, first).await?;
             // Continue from the ledger as reconcile read it: a concurrent commit may have
             // moved on meanwhile.
             let (read, observed) = reconcile_attached(env, &p.spec, &p.plan, p.verify).await?;
@@ -845,7 +868,7 @@ async fn verify_waiting_parts(
     winners: &Winners,
     progress: &CommitProgress,
     verify: Verify,
-) -> Result<(), CommitError> {
+) -> Result<TableParts, CommitError> {
     let observed = table_parts(env.server, &spec.publish).await?;
     let mut fresh: Option<CommitProgress> = None;
     for manifest in winners.manifests().values() {
@@ -902,7 +925,7 @@ async fn verify_waiting_parts(
             }
         }
     }
-    Ok(())
+    Ok(observed)
 }
 
 /// Attaches every planned part not yet attached; returns how many this call attached itself.
@@ -919,6 +942,7 @@ async fn attach_parts(
     plan: &CommitPlan,
     progress: &mut CommitProgress,
     data_paths: &HashMap<PartName, RemotePath>,
+    mut first: Option<TableParts>,
 ) -> Result<usize, CommitError> {
     let server = env.server;
     let mut attached = 0;
@@ -926,7 +950,10 @@ async fn attach_parts(
     // round's observation (see `after_failed_attach`).
     let mut failed: Vec<(chpart_core::PartName, ServerError)> = Vec::new();
     for round in 0..MAX_ROUNDS {
-        let observed = table_parts(server, &spec.publish).await?;
+        let observed = match first.take() {
+            Some(observed) => observed,
+            None => table_parts(server, &spec.publish).await?,
+        };
         for (part, error) in failed.drain(..) {
             let name = part.to_string();
             let left = !observed.detached.contains(&name) || observed.attaching.contains(&name);
