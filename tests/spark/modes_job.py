@@ -9,7 +9,8 @@ Its result, one JSON object, goes to --out; the test checks ClickHouse itself.
              the same write again (refused: the table exists now); ignore into another missing
              table (created and loaded)
   existing   errorifexists (refused) and ignore (nothing written) into a table the test made
-  layout     the same round-robin rows with the table's layout (clustered) and without (plain)
+  layout     the same round-robin rows with the table's layout (clustered, by-kind, hourly through
+             df.writeTo, sql through INSERT INTO) and without (plain)
 """
 
 import argparse
@@ -121,8 +122,15 @@ def scenario_existing(args, spark, result):
 
 def scenario_layout(args, spark, result):
     """The same rows, dealt round-robin over 4 tasks (every task holds every day), written
-    three times: with the table's layout into db.events, with layout=none into db.events_plain,
-    and with the layout into db.events_by_kind (partitioned by a plain column)."""
+    through every write path: df.write.format("chpart") with the table's layout into db.events
+    (toYYYYMMDD(ts)) and with layout=none into db.events_plain; with the layout into
+    db.events_by_kind (a plain column); df.writeTo through a registered catalog into
+    db.events_hourly (toStartOfHour of an Asia/Kolkata ts); SQL INSERT INTO a session-catalog
+    table USING chpart over db.events_sql (toYYYYMMDD(ts), range layout)."""
+    jvm = spark.sparkContext._jvm
+    # The connector's INFO line naming each write's layout, for the test to read in the log.
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("chpart.spark.Layout",
+                                                                 jvm.org.apache.logging.log4j.Level.INFO)
     df = events(spark, args.rows, partitions=4, days=3).repartition(4)
     result["source"] = checksum(df)
     # With AQE's coalescing (Spark's default) these few rows end in one task after the layout's
@@ -132,6 +140,15 @@ def scenario_layout(args, spark, result):
     w = writer(df, args, "append", "plain", layout="none")
     w.option("table", args.table + "_plain").save()
     writer(df, args, "append", "by-kind").option("table", args.table + "_by_kind").save()
+    spark.conf.set("spark.sql.catalog.chpart", "chpart.spark.ChpartCatalog")
+    spark.conf.set("spark.sql.catalog.chpart.config", args.config)
+    spark.conf.set("spark.sql.catalog.chpart.chpart", args.chpart)
+    df.writeTo(f"chpart.{args.table}_hourly").option("load", "hourly").append()
+    df.createOrReplaceTempView("layout_rows")
+    spark.sql(f"CREATE TABLE layout_sql (id BIGINT, ts TIMESTAMP, user STRING, kind STRING, amount DOUBLE, "
+              f"flag BOOLEAN) USING chpart OPTIONS (table '{args.table}_sql', config '{args.config}', "
+              f"chpart '{args.chpart}', load 'sql')")
+    spark.sql("INSERT INTO layout_sql SELECT * FROM layout_rows")
 
 
 def scenario_catalog(args, spark, result):
