@@ -108,7 +108,7 @@ final class Layout {
         ClickHouseHttp ch = options.clickhouse();
         Map<String, String> types = new LinkedHashMap<>();
         String out = ch.query("SELECT name, type FROM system.columns WHERE database = " + literal(options.database())
-            + " AND table = " + literal(options.tableName()) + " FORMAT TabSeparated");
+            + " AND table = " + literal(options.tableName()) + " FORMAT TabSeparatedRaw"); // TabSeparated would escape the quotes of DateTime('UTC')
         for (String line : out.split("\n")) {
           int tab = line.indexOf('\t');
           if (tab > 0) {
