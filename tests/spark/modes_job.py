@@ -14,6 +14,7 @@ Its result, one JSON object, goes to --out; the test checks ClickHouse itself.
 """
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -151,6 +152,54 @@ def scenario_layout(args, spark, result):
     spark.sql("INSERT INTO layout_sql SELECT * FROM layout_rows")
 
 
+FUNCTION_ZONES = ("UTC", "Europe/Berlin", "Asia/Kolkata", "America/New_York")
+TIME_FUNCTIONS = ("toYYYYMMDD", "toYYYYMM", "toYear", "toDate", "toMonday", "toStartOfMonth", "toStartOfDay",
+                  "toStartOfHour")
+
+
+def function_instants():
+    """Microseconds around the instants where a partition value changes: day, month and year
+    ends, DST changes in Berlin and New York (2026), a Monday; within Date's and DateTime's range
+    (ClickHouse's toDate of an instant before 1970 wraps, e.g. to 2149-06-06)."""
+    anchors = ["2026-01-01T00:00:00", "2026-03-29T01:00:00", "2026-10-25T01:00:00", "2026-03-08T07:00:00",
+               "2026-11-01T06:00:00", "2026-01-05T00:00:00", "2026-02-28T18:30:00"]
+    out = []
+    for a in anchors:
+        base = int(datetime.datetime.fromisoformat(a).replace(tzinfo=datetime.timezone.utc).timestamp()) * 1_000_000
+        for step in range(-8, 9):
+            out.append(base + step * 900 * 1_000_000)
+            out.append(base + step * 900 * 1_000_000 - 1)
+    return out
+
+
+FUNCTION_INTEGERS = (-1001, -1000, -999, -8, -7, -1, 0, 1, 6, 7, 999, 1000, 1001, 2**40 + 3)
+
+
+def scenario_functions(args, spark, result):
+    """The connector's partition-key functions (ChpartCatalog's chpart_*) evaluated by Spark SQL
+    over instants, dates and integers, for the test to compare with ClickHouse's own."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # to_date(ts) is the UTC day, as the test takes it
+    spark.conf.set("spark.sql.catalog.chpart", "chpart.spark.ChpartCatalog")
+    spark.conf.set("spark.sql.catalog.chpart.config", args.config)
+    spark.conf.set("spark.sql.catalog.chpart.chpart", args.chpart)
+    spark.createDataFrame([(us,) for us in function_instants()], "us BIGINT").createOrReplaceTempView("instants")
+    spark.createDataFrame([(n,) for n in FUNCTION_INTEGERS], "n BIGINT").createOrReplaceTempView("integers")
+    out = {}
+    for f in TIME_FUNCTIONS:
+        for zone in FUNCTION_ZONES:
+            for of, arg in (("ts", "timestamp_micros(us)"), ("date", "to_date(timestamp_micros(us))")):
+                v = f"chpart.chpart_{f.lower()}({arg}, '{zone}')"
+                shown = {"toDate": f"CAST({v} AS STRING)", "toMonday": f"CAST({v} AS STRING)",
+                         "toStartOfMonth": f"CAST({v} AS STRING)", "toStartOfDay": f"unix_seconds({v})",
+                         "toStartOfHour": f"unix_seconds({v})"}.get(f, v)
+                rows = spark.sql(f"SELECT us, {shown} AS v FROM instants ORDER BY us").collect()
+                out[f"{f}|{zone}|{of}"] = [[r.us, str(r.v)] for r in rows]
+    for f, d in (("intDiv", 7), ("modulo", 7), ("intDiv", 1000), ("modulo", 1000)):
+        rows = spark.sql(f"SELECT n, chpart.chpart_{f.lower()}(n, {d}L) AS v FROM integers ORDER BY n").collect()
+        out[f"{f}|{d}"] = [[r.n, str(r.v)] for r in rows]
+    result["values"] = out
+
+
 def scenario_catalog(args, spark, result):
     """The catalog registered by hand: df.writeTo("chpart.db.events").append() of 3 days, then
     SQL INSERT OVERWRITE chpart.db.events with new rows of day 1 only."""
@@ -168,7 +217,7 @@ def scenario_catalog(args, spark, result):
 
 
 SCENARIOS = {"catalog": scenario_catalog, "overwrite": scenario_overwrite, "create": scenario_create, "existing": scenario_existing,
-             "layout": scenario_layout}
+             "layout": scenario_layout, "functions": scenario_functions}
 
 
 def main():
