@@ -9,10 +9,12 @@ Its result, one JSON object, goes to --out; the test checks ClickHouse itself.
              the same write again (refused: the table exists now); ignore into another missing
              table (created and loaded)
   existing   errorifexists (refused) and ignore (nothing written) into a table the test made
-  layout     the same round-robin rows with the table's layout (clustered) and without (plain)
+  layout     the same round-robin rows with the table's layout (clustered, by-kind, hourly through
+             df.writeTo, sql through INSERT INTO) and without (plain)
 """
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -121,8 +123,15 @@ def scenario_existing(args, spark, result):
 
 def scenario_layout(args, spark, result):
     """The same rows, dealt round-robin over 4 tasks (every task holds every day), written
-    three times: with the table's layout into db.events, with layout=none into db.events_plain,
-    and with the layout into db.events_by_kind (partitioned by a plain column)."""
+    through every write path: df.write.format("chpart") with the table's layout into db.events
+    (toYYYYMMDD(ts)) and with layout=none into db.events_plain; with the layout into
+    db.events_by_kind (a plain column); df.writeTo through a registered catalog into
+    db.events_hourly (toStartOfHour of an Asia/Kolkata ts); SQL INSERT INTO a session-catalog
+    table USING chpart over db.events_sql (toYYYYMMDD(ts), range layout)."""
+    jvm = spark.sparkContext._jvm
+    # The connector's INFO line naming each write's layout, for the test to read in the log.
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("chpart.spark.Layout",
+                                                                 jvm.org.apache.logging.log4j.Level.INFO)
     df = events(spark, args.rows, partitions=4, days=3).repartition(4)
     result["source"] = checksum(df)
     # With AQE's coalescing (Spark's default) these few rows end in one task after the layout's
@@ -132,6 +141,63 @@ def scenario_layout(args, spark, result):
     w = writer(df, args, "append", "plain", layout="none")
     w.option("table", args.table + "_plain").save()
     writer(df, args, "append", "by-kind").option("table", args.table + "_by_kind").save()
+    spark.conf.set("spark.sql.catalog.chpart", "chpart.spark.ChpartCatalog")
+    spark.conf.set("spark.sql.catalog.chpart.config", args.config)
+    spark.conf.set("spark.sql.catalog.chpart.chpart", args.chpart)
+    df.writeTo(f"chpart.{args.table}_hourly").option("load", "hourly").append()
+    df.createOrReplaceTempView("layout_rows")
+    spark.sql(f"CREATE TABLE layout_sql (id BIGINT, ts TIMESTAMP, user STRING, kind STRING, amount DOUBLE, "
+              f"flag BOOLEAN) USING chpart OPTIONS (table '{args.table}_sql', config '{args.config}', "
+              f"chpart '{args.chpart}', load 'sql')")
+    spark.sql("INSERT INTO layout_sql SELECT * FROM layout_rows")
+
+
+FUNCTION_ZONES = ("UTC", "Europe/Berlin", "Asia/Kolkata", "America/New_York")
+TIME_FUNCTIONS = ("toYYYYMMDD", "toYYYYMM", "toYear", "toDate", "toMonday", "toStartOfMonth", "toStartOfDay",
+                  "toStartOfHour")
+
+
+def function_instants():
+    """Microseconds around the instants where a partition value changes: day, month and year
+    ends, DST changes in Berlin and New York (2026), a Monday; within Date's and DateTime's range
+    (ClickHouse's toDate of an instant before 1970 wraps, e.g. to 2149-06-06)."""
+    anchors = ["2026-01-01T00:00:00", "2026-03-29T01:00:00", "2026-10-25T01:00:00", "2026-03-08T07:00:00",
+               "2026-11-01T06:00:00", "2026-01-05T00:00:00", "2026-02-28T18:30:00"]
+    out = []
+    for a in anchors:
+        base = int(datetime.datetime.fromisoformat(a).replace(tzinfo=datetime.timezone.utc).timestamp()) * 1_000_000
+        for step in range(-8, 9):
+            out.append(base + step * 900 * 1_000_000)
+            out.append(base + step * 900 * 1_000_000 - 1)
+    return out
+
+
+FUNCTION_INTEGERS = (-1001, -1000, -999, -8, -7, -1, 0, 1, 6, 7, 999, 1000, 1001, 2**40 + 3)
+
+
+def scenario_functions(args, spark, result):
+    """The connector's partition-key functions (ChpartCatalog's chpart_*) evaluated by Spark SQL
+    over instants, dates and integers, for the test to compare with ClickHouse's own."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # to_date(ts) is the UTC day, as the test takes it
+    spark.conf.set("spark.sql.catalog.chpart", "chpart.spark.ChpartCatalog")
+    spark.conf.set("spark.sql.catalog.chpart.config", args.config)
+    spark.conf.set("spark.sql.catalog.chpart.chpart", args.chpart)
+    spark.createDataFrame([(us,) for us in function_instants()], "us BIGINT").createOrReplaceTempView("instants")
+    spark.createDataFrame([(n,) for n in FUNCTION_INTEGERS], "n BIGINT").createOrReplaceTempView("integers")
+    out = {}
+    for f in TIME_FUNCTIONS:
+        for zone in FUNCTION_ZONES:
+            for of, arg in (("ts", "timestamp_micros(us)"), ("date", "to_date(timestamp_micros(us))")):
+                v = f"chpart.chpart_{f.lower()}({arg}, '{zone}')"
+                shown = {"toDate": f"CAST({v} AS STRING)", "toMonday": f"CAST({v} AS STRING)",
+                         "toStartOfMonth": f"CAST({v} AS STRING)", "toStartOfDay": f"unix_seconds({v})",
+                         "toStartOfHour": f"unix_seconds({v})"}.get(f, v)
+                rows = spark.sql(f"SELECT us, {shown} AS v FROM instants ORDER BY us").collect()
+                out[f"{f}|{zone}|{of}"] = [[r.us, str(r.v)] for r in rows]
+    for f, d in (("intDiv", 7), ("modulo", 7), ("intDiv", 1000), ("modulo", 1000)):
+        rows = spark.sql(f"SELECT n, chpart.chpart_{f.lower()}(n, {d}L) AS v FROM integers ORDER BY n").collect()
+        out[f"{f}|{d}"] = [[r.n, str(r.v)] for r in rows]
+    result["values"] = out
 
 
 def scenario_catalog(args, spark, result):
@@ -151,7 +217,7 @@ def scenario_catalog(args, spark, result):
 
 
 SCENARIOS = {"catalog": scenario_catalog, "overwrite": scenario_overwrite, "create": scenario_create, "existing": scenario_existing,
-             "layout": scenario_layout}
+             "layout": scenario_layout, "functions": scenario_functions}
 
 
 def main():

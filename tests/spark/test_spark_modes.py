@@ -239,50 +239,99 @@ def parts_per_partition(clickhouse, table):
         "AND active GROUP BY partition_id ORDER BY partition_id")}
 
 
-def test_layout_clusters_each_table_partition_into_few_tasks(clickhouse, chpart_config, chpart_bin, connector_jar,
-                                                             tmp_path):
-    """Rows of 3 days dealt round-robin over 4 Spark tasks, loaded into two tables with the same
-    definition (PARTITION BY toYYYYMMDD(ts) ORDER BY (kind, id)), merges stopped so that the
-    parts are the ones the tasks built: with the connector's layout (Spark range-partitions by
-    ts, the column of the partition key, and sorts each task by kind, id) every task builds one
-    part per table partition it holds and each day is in at most two tasks; with layout=none
-    every task holds every day, so each partition gets one part per task (4). Into a third
-    table PARTITION BY kind (a plain column) Spark clusters by kind: one part per partition."""
+def test_layout_clusters_each_table_partition_into_one_task(clickhouse, chpart_config, chpart_bin, connector_jar,
+                                                            tmp_path):
+    """Rows of 3 days dealt round-robin over 4 Spark tasks (every task holds every day), merges
+    stopped so that the parts are the ones the tasks built:
+
+    - PARTITION BY toYYYYMMDD(ts), df.write.format("chpart"): Spark clusters by the connector's
+      chpart_toyyyymmdd(ts, 'UTC') (resolved in the chpart catalog): 1 part per partition;
+      the same with layout=none: 4 per partition (one per task);
+    - PARTITION BY kind (a plain column): clustered by kind, 1 part per partition;
+    - PARTITION BY toStartOfHour(ts) with ts DateTime64(6, 'Asia/Kolkata') (hours start at :30
+      UTC), df.writeTo through a registered catalog: 1 part per partition (73 hours);
+    - SQL INSERT INTO a session-catalog table USING chpart (PARTITION BY toYYYYMMDD(ts)): Spark
+      resolves functions in the session catalog there, which has none of chpart's, so the write
+      keeps the range layout over ts: at most 2 parts per partition, and the log says why.
+
+    Every table holds exactly the source rows."""
     clickhouse.query("CREATE DATABASE db")
-    for table in (TABLE, TABLE + "_plain"):
+    for table in (TABLE, TABLE + "_plain", TABLE + "_sql"):
         clickhouse.query(create_table_sql(table))
-        clickhouse.query(f"SYSTEM STOP MERGES {table}")
     clickhouse.query(create_table_sql(TABLE + "_by_kind").replace("PARTITION BY toYYYYMMDD(ts) ORDER BY (kind, id)",
                                                                  "PARTITION BY kind ORDER BY (ts, id)"))
-    clickhouse.query(f"SYSTEM STOP MERGES {TABLE}_by_kind")
-    result, _ = run_driver(tmp_path, "layout", chpart_config, chpart_bin, connector_jar)
+    clickhouse.query(create_table_sql(TABLE + "_hourly").replace("PARTITION BY toYYYYMMDD(ts)",
+                                                                "PARTITION BY toStartOfHour(ts)")
+                     .replace("DateTime64(6, 'UTC')", "DateTime64(6, 'Asia/Kolkata')"))
+    for suffix in ("", "_plain", "_sql", "_by_kind", "_hourly"):
+        clickhouse.query(f"SYSTEM STOP MERGES {TABLE}{suffix}")
+    result, log = run_driver(tmp_path, "layout", chpart_config, chpart_bin, connector_jar)
     source = checksum(result["source"])
-    assert_exactly_once(clickhouse, TABLE, source)
-    assert_exactly_once(clickhouse, TABLE + "_plain", source)
+    for suffix in ("", "_plain", "_sql", "_by_kind", "_hourly"):
+        assert_exactly_once(clickhouse, TABLE + suffix, source)
 
     days = [day_id(d) for d in range(3)]
-    clustered = winners_partitions(clickhouse, chpart_config, chpart_bin, "clustered")
-    plain = winners_partitions(clickhouse, chpart_config, chpart_bin, "plain")
-    assert len(clustered) == len(plain) == 4, (clustered, plain)
-    for attempt, partitions in clustered.items():
-        assert len(partitions) == len(set(partitions)), f"{attempt} built two parts of one partition: {partitions}"
-    assert all(sorted(p) == days for p in plain.values()), plain
-    per_partition = parts_per_partition(clickhouse, "events")
-    per_partition_plain = parts_per_partition(clickhouse, "events_plain")
-    assert sorted(per_partition) == days and sorted(per_partition_plain) == days, (per_partition, per_partition_plain)
-    assert per_partition_plain == {d: 4 for d in days}, per_partition_plain
-    assert all(n <= 2 for n in per_partition.values()), per_partition
-    assert sum(per_partition.values()) == sum(len(p) for p in clustered.values()), (per_partition, clustered)
-    # PARTITION BY kind, a plain column: Spark clusters by it, so each kind is in one task.
-    assert_exactly_once(clickhouse, TABLE + "_by_kind", source)
-    by_kind = parts_per_partition(clickhouse, "events_by_kind")
-    assert len(by_kind) == 4 and all(n == 1 for n in by_kind.values()), by_kind
-    by_kind_tasks = winners_partitions(clickhouse, chpart_config, chpart_bin, "by-kind")
-    assert sum(len(p) for p in by_kind_tasks.values()) == 4, by_kind_tasks
-    print(f"layout: parts per table partition, clustered {per_partition} (tasks: {sorted(clustered.values())}), "
-          f"layout=none {per_partition_plain}, PARTITION BY kind {by_kind}")
-    for load in ("clustered", "plain", "by-kind"):
+    measured = {}
+    for load, table in (("clustered", "events"), ("plain", "events_plain"), ("by-kind", "events_by_kind"),
+                        ("hourly", "events_hourly"), ("sql", "events_sql")):
+        tasks = winners_partitions(clickhouse, chpart_config, chpart_bin, load)
+        per_partition = parts_per_partition(clickhouse, table)
+        # Merges are stopped: the table's parts are exactly the ones the winning tasks built.
+        assert sum(per_partition.values()) == sum(len(p) for p in tasks.values()), (load, per_partition, tasks)
+        for attempt, partitions in tasks.items():
+            assert len(partitions) == len(set(partitions)), f"{load}: {attempt} built two parts of one partition"
+        measured[load] = per_partition
+    assert sorted(measured["clustered"]) == days and sorted(measured["plain"]) == days, measured
+    assert measured["plain"] == {d: 4 for d in days}, measured["plain"]
+    assert measured["clustered"] == {d: 1 for d in days}, measured["clustered"]
+    assert len(measured["by-kind"]) == 4 and set(measured["by-kind"].values()) == {1}, measured["by-kind"]
+    # 3 days from 00:00 UTC are 73 hours in Asia/Kolkata (UTC+5:30): each hour in one task.
+    assert len(measured["hourly"]) == 73 and set(measured["hourly"].values()) == {1}, measured["hourly"]
+    assert sorted(measured["sql"]) == days and all(n <= 2 for n in measured["sql"].values()), measured["sql"]
+    assert "clustered by partition key toYYYYMMDD(ts) as [chpart_toyyyymmdd(ts, 'UTC')]" in log, log[-4000:]
+    assert "clustered by partition key toStartOfHour(ts) as [chpart_tostartofhour(ts, 'Asia/Kolkata')]" in log
+    assert "not clustered by: the table is not one of a chpart catalog" in log, log[-4000:]
+    print("layout: parts per table partition: " + ", ".join(
+        f"{load} {sorted(set(p.values()))} over {len(p)} partitions" for load, p in measured.items()))
+    for load in ("clustered", "plain", "by-kind", "hourly", "sql"):
         assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
+
+
+def test_partition_functions_compute_what_clickhouse_computes(clickhouse, chpart_config, chpart_bin, connector_jar,
+                                                               tmp_path):
+    """A scenario table: the connector's partition-key functions (what the layout clusters by),
+    evaluated by Spark SQL through the chpart catalog over instants at day, month, year and DST
+    boundaries in 4 time zones (and before the epoch), the dates of those instants, and
+    integers around multiples of the divisor, equal ClickHouse's own functions of the same
+    values, row by row."""
+    result, _ = run_driver(tmp_path, "functions", chpart_config, chpart_bin, connector_jar)
+    mismatches = []
+    for key, rows in result["values"].items():
+        parts = key.split("|")
+        if len(parts) == 2:
+            f, d = parts
+            expr = f"{f}(x, {d})"
+        else:
+            f, zone, of = parts
+            if f == "toStartOfHour" and of == "date":
+                continue  # ClickHouse has no toStartOfHour of a Date: no table has that key
+            # Spark's to_date of a TIMESTAMP is its day in the session's zone (UTC): a Date32 here.
+            arg = (f"fromUnixTimestamp64Micro(x, '{zone}')" if of == "ts"
+                   else "toDate32(fromUnixTimestamp64Micro(x, 'UTC'))")
+            expr = f"{f}({arg}, '{zone}')" if of == "ts" or f in ("toStartOfDay", "toStartOfHour") else f"{f}({arg})"
+            if f in ("toStartOfDay", "toStartOfHour"):
+                expr = f"intDiv(toUnixTimestamp64Micro(toDateTime64({expr}, 6, '{zone}')), 1000000)"
+        xs = ", ".join(f"toInt64({x})" for x, _ in rows)
+        got = dict(line.split("\t") for line in clickhouse.query(
+            f"SELECT x, {expr} FROM (SELECT arrayJoin([{xs}]) AS x) FORMAT TabSeparated").splitlines())
+        for x, spark_value in rows:
+            if got[str(x)] != spark_value:
+                mismatches.append((key, x, spark_value, got[str(x)]))
+    checked = sum(len(rows) for key, rows in result["values"].items() if not key.startswith("toStartOfHour|")
+                  or key.endswith("|ts"))
+    assert not mismatches, (f"{len(mismatches)} of {checked} differ, in {sorted({m[0] for m in mismatches})}: "
+                            f"{mismatches[:10]}")
+    print(f"partition functions: {checked} values equal ClickHouse's")
 
 
 def test_a_registered_catalog_takes_write_to_and_sql_insert_overwrite(clickhouse, chpart_config, chpart_bin,

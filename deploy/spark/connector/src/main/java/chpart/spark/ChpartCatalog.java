@@ -7,17 +7,21 @@ import java.util.ArrayList;
 import java.util.HexFormat;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.TreeMap;
 import org.apache.spark.sql.RuntimeConfig;
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.analysis.NoSuchFunctionException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
 import org.apache.spark.sql.catalyst.analysis.TableAlreadyExistsException;
+import org.apache.spark.sql.connector.catalog.FunctionCatalog;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCatalog;
 import org.apache.spark.sql.connector.catalog.TableChange;
 import org.apache.spark.sql.connector.catalog.TableInfo;
+import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -38,8 +42,13 @@ import org.slf4j.LoggerFactory;
  * the write itself, on the driver, before {@code chpart begin} (ChpartWriteBuilder). A table is
  * never dropped: Spark drops a table whose CTAS failed, and chpart's failed load leaves nothing
  * visible in it (or, if its commit began, must be resumed, not dropped).
+ *
+ * <p>It is also a {@code FunctionCatalog} of ClickHouse's partition-key functions ({@link
+ * PartitionFunction}: {@code chpart_toyyyymmdd}, ...): Spark resolves the functions a write's
+ * required distribution names in the catalog the table came from, which is how a write into a
+ * table of this catalog gets clustered by {@code toYYYYMMDD(ts)} itself (see {@link Layout}).
  */
-public final class ChpartCatalog implements TableCatalog {
+public final class ChpartCatalog implements TableCatalog, FunctionCatalog {
   private static final Logger LOG = LoggerFactory.getLogger(ChpartCatalog.class);
   private static final String PREFIX = "spark.sql.catalog.";
 
@@ -175,6 +184,25 @@ public final class ChpartCatalog implements TableCatalog {
   public void renameTable(Identifier oldIdent, Identifier newIdent) {
     throw new UnsupportedOperationException("chpart catalog: RENAME is not supported; rename " + oldIdent
         + " in ClickHouse");
+  }
+
+  @Override
+  public Identifier[] listFunctions(String[] namespace) {
+    if (namespace.length != 0) {
+      return new Identifier[0];
+    }
+    return PartitionFunction.BY_SPARK_NAME.keySet().stream().sorted().map(n -> Identifier.of(namespace, n))
+        .toArray(Identifier[]::new);
+  }
+
+  @Override
+  public UnboundFunction loadFunction(Identifier ident) throws NoSuchFunctionException {
+    PartitionFunction.Kind kind = ident.namespace().length == 0
+        ? PartitionFunction.BY_SPARK_NAME.get(ident.name().toLowerCase(Locale.ROOT)) : null;
+    if (kind == null) {
+      throw new NoSuchFunctionException(ident);
+    }
+    return new PartitionFunction(kind);
   }
 
   static String sha256(String text) {

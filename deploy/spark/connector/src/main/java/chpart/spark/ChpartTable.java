@@ -82,6 +82,8 @@ final class ChpartTable implements SupportsWrite {
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
     ChpartOptions options = ChpartOptions.of(properties, info.options().asCaseSensitiveMap());
-    return new ChpartWriteBuilder(options, info, createOnWrite);
+    // Only a table of ChpartCatalog is written through a relation whose catalog resolves the
+    // partition-key functions (Layout); a session-catalog table USING chpart is not.
+    return new ChpartWriteBuilder(options, info, createOnWrite, fromCatalog);
   }
 }

@@ -23,12 +23,15 @@ final class ChpartWriteBuilder implements WriteBuilder, SupportsTruncate, Suppor
   private final ChpartOptions options;
   private final LogicalWriteInfo info;
   private final boolean createTable;
+  private final boolean catalogFunctions;
   private String mode = "append";
 
-  ChpartWriteBuilder(ChpartOptions options, LogicalWriteInfo info, boolean createTable) {
+  /** @param catalogFunctions Spark resolves the write's functions in a ChpartCatalog (Layout) */
+  ChpartWriteBuilder(ChpartOptions options, LogicalWriteInfo info, boolean createTable, boolean catalogFunctions) {
     this.options = options;
     this.info = info;
     this.createTable = createTable;
+    this.catalogFunctions = catalogFunctions;
   }
 
   @Override
@@ -39,7 +42,7 @@ final class ChpartWriteBuilder implements WriteBuilder, SupportsTruncate, Suppor
       // here, once, on the driver, before chpart begin snapshots it.
       ChpartCatalog.create(options, info.schema());
     }
-    return new ChpartWrite(options, info.schema(), info.queryId(), mode, Layout.of(options, info.schema()));
+    return new ChpartWrite(options, info.schema(), info.queryId(), mode, Layout.of(options, info.schema(), catalogFunctions));
   }
 
   /** A column type Spark cannot write as Arrow fails here, at planning, before chpart begin. */

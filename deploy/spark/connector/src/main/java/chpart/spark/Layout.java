@@ -2,13 +2,16 @@ package chpart.spark;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.apache.spark.sql.connector.distributions.Distribution;
 import org.apache.spark.sql.connector.distributions.Distributions;
+import org.apache.spark.sql.connector.distributions.OrderedDistribution;
 import org.apache.spark.sql.connector.expressions.Expression;
 import org.apache.spark.sql.connector.expressions.Expressions;
 import org.apache.spark.sql.connector.expressions.SortDirection;
@@ -50,8 +53,13 @@ final class Layout {
     this.description = description;
   }
 
-  /** The layout for the table, asked from `chpart plan` on the driver; none if it cannot say. */
-  static Layout of(ChpartOptions options, StructType schema) {
+  /**
+   * The layout for the table, asked from `chpart plan` on the driver; none if it cannot say.
+   *
+   * @param catalogFunctions whether Spark resolves this write's functions in a ChpartCatalog (the
+   *     table came from one): only then can a key of functions be clustered by
+   */
+  static Layout of(ChpartOptions options, StructType schema, boolean catalogFunctions) {
     if (options.layout.equals("none")) {
       return NONE;
     }
@@ -63,35 +71,99 @@ final class Layout {
           e.getMessage());
       return NONE;
     }
-    Layout layout = of(plan.path("partition_key").asText(""), plan.path("sorting_key").asText(""), schema);
-    LOG.info("chpart: layout of the write into {}: {}", options.table, layout.description);
+    String partitionKey = plan.path("partition_key").asText("");
+    Functions functions;
+    if (!catalogFunctions) {
+      functions = Functions.unavailable("the table is not one of a chpart catalog, so Spark cannot resolve the"
+          + " connector's functions for this write (e.g. SQL INSERT INTO a session-catalog table USING chpart;"
+          + " df.write.format(\"chpart\") and df.writeTo through a chpart catalog can)");
+    } else if (plainColumns(partitionKey, Set.of(schema.fieldNames())) != null) {
+      functions = Functions.unavailable("not needed");
+    } else {
+      functions = Functions.of(options);
+    }
+    Layout layout = of(partitionKey, plan.path("sorting_key").asText(""), schema, functions);
+    if (layout.distribution instanceof OrderedDistribution) {
+      // A partition may span two tasks, so get two parts: worth a warning, with the reason.
+      LOG.warn("chpart: layout of the write into {}: {}", options.table, layout.description);
+    } else {
+      LOG.info("chpart: layout of the write into {}: {}", options.table, layout.description);
+    }
     return layout;
   }
 
-  static Layout of(String partitionKey, String sortingKey, StructType schema) {
+  /**
+   * What a key of functions is evaluated with: the ClickHouse columns' types (for their time
+   * zones) and the server's time zone (of DateTime columns without one, as chpart's build uses
+   * it); or why functions cannot be used.
+   */
+  record Functions(Map<String, String> types, String serverTimeZone, String unavailable) {
+    static Functions unavailable(String why) {
+      return new Functions(Map.of(), null, why);
+    }
+
+    /** Asked from ClickHouse (the table named; a Distributed table has its local table's columns). */
+    static Functions of(ChpartOptions options) {
+      try {
+        ClickHouseHttp ch = options.clickhouse();
+        Map<String, String> types = new LinkedHashMap<>();
+        String out = ch.query("SELECT name, type FROM system.columns WHERE database = " + literal(options.database())
+            + " AND table = " + literal(options.tableName()) + " FORMAT TabSeparatedRaw"); // TabSeparated would escape the quotes of DateTime('UTC')
+        for (String line : out.split("\n")) {
+          int tab = line.indexOf('\t');
+          if (tab > 0) {
+            types.put(line.substring(0, tab), line.substring(tab + 1).strip());
+          }
+        }
+        return new Functions(types, ch.query("SELECT timezone() FORMAT TabSeparated").strip(), null);
+      } catch (RuntimeException e) {
+        return unavailable("the columns' time zones could not be read from ClickHouse: " + e.getMessage());
+      }
+    }
+
+    private static String literal(String s) {
+      return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'";
+    }
+  }
+
+  static Layout of(String partitionKey, String sortingKey, StructType schema, Functions functions) {
     Set<String> columns = Set.of(schema.fieldNames());
     List<String> plain = plainColumns(partitionKey, columns);
-    Distribution distribution;
-    String what;
+    Distribution distribution = null;
+    String what = null;
     if (plain != null && !plain.isEmpty()) {
       distribution = Distributions.clustered(plain.stream().map(Expressions::column).toArray(Expression[]::new));
       what = "clustered by " + plain;
-    } else {
-      Set<String> used = new LinkedHashSet<>();
-      Matcher m = IDENT.matcher(partitionKey);
-      while (m.find()) {
-        String name = m.group(1) != null ? m.group(1) : m.group(2);
-        if (columns.contains(name)) {
-          used.add(name);
+    } else if (plain == null) {
+      String why = functions.unavailable();
+      if (why == null) {
+        KeyMapping mapped = KeyMapping.of(partitionKey, schema, functions.types(), functions.serverTimeZone());
+        if (mapped.clustering != null) {
+          distribution = Distributions.clustered(mapped.clustering);
+          what = "clustered by partition key " + partitionKey + " as " + mapped.describe();
+        } else {
+          why = mapped.why;
         }
       }
-      if (used.isEmpty()) {
-        distribution = Distributions.unspecified();
-        what = "no distribution (partition key \"" + partitionKey + "\" uses no column of the rows)";
-      } else {
-        distribution = Distributions.ordered(ascending(new ArrayList<>(used)));
-        what = "range-partitioned by " + used + " (partition key " + partitionKey + ")";
+      if (distribution == null) {
+        Set<String> used = new LinkedHashSet<>();
+        Matcher m = IDENT.matcher(partitionKey);
+        while (m.find()) {
+          String name = m.group(1) != null ? m.group(1) : m.group(2);
+          if (columns.contains(name)) {
+            used.add(name);
+          }
+        }
+        if (!used.isEmpty()) {
+          distribution = Distributions.ordered(ascending(new ArrayList<>(used)));
+          what = "range-partitioned by " + used + " (partition key " + partitionKey + " not clustered by: " + why
+              + ")";
+        }
       }
+    }
+    if (distribution == null) {
+      distribution = Distributions.unspecified();
+      what = "no distribution (partition key \"" + partitionKey + "\" uses no column of the rows)";
     }
     List<String> sorting = new ArrayList<>();
     for (String part : splitTopLevel(stripParens(sortingKey))) {
