@@ -930,7 +930,8 @@ async fn verify_waiting_parts(
 
 /// Attaches every planned part not yet attached; returns how many this call attached itself.
 ///
-/// Each round observes the table once, decides every part, records the intents of a batch in
+/// Each round observes the table once (the first round may take `first`, an observation made
+/// before the ledger reads it decides from), decides every part, records the intents of a batch in
 /// one ledger INSERT, sends that batch's ATTACHes a few at a time, and records their outcomes in
 /// one INSERT: a part still costs one ATTACH, but the ledger costs two writes per batch, not per
 /// part. A crash anywhere in between leaves intents whose parts are either still in detached/
