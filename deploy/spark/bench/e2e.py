@@ -173,11 +173,16 @@ class Server:
 
     def start(self, timeout=120):
         self.run_dir.mkdir(parents=True)
+        # system.query_log (flushed every 7.5 s, the server's default, and on SYSTEM FLUSH LOGS):
+        # the server's own CPU per statement, to show where a load's server CPU goes
+        extra = self.run_dir.parent / "logs.xml"
+        extra.write_text("<query_log><database>system</database><table>query_log</table>"
+                         "<flush_interval_milliseconds>7500</flush_interval_milliseconds></query_log>\n")
         log = open(self.run_dir / "server.log", "ab")
         self.proc = subprocess.Popen(
             [str(ROOT / "deploy" / "clickhouse-server"), "serve", "--data", str(self.data_dir), "--run-dir",
              str(self.run_dir), "--http-port", str(self.http_port), "--tcp-port", str(self.tcp_port),
-             "--stop-on-stdin-eof"],
+             "--config-extra", str(extra), "--stop-on-stdin-eof"],
             stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
@@ -265,6 +270,30 @@ class Server:
         return merged
 
 
+# The classes of statements a load sends, for the server-CPU breakdown (first match wins).
+STATEMENT_CLASS = """multiIf(
+    query ILIKE 'INSERT INTO bench.%', 'INSERT of the rows',
+    query ILIKE '%ATTACH PART%', 'ATTACH PART',
+    query ILIKE '%MOVE PARTITION%', 'MOVE PARTITION',
+    query ILIKE 'CHECK TABLE%', 'CHECK TABLE (content check)',
+    query ILIKE 'INSERT INTO%', 'ledger INSERT',
+    query ILIKE '%`chpart`.%' OR query ILIKE '% chpart.%', 'ledger read',
+    query ILIKE '%system.%', 'system tables (observations, table checks)',
+    'other (DDL, STOP MERGES, ...)')"""
+QUERY_CPU = "(ProfileEvents['UserTimeMicroseconds'] + ProfileEvents['SystemTimeMicroseconds']) / 1e6"
+
+
+def statement_breakdown(server, since, until):
+    """[(class, statements, server CPU s)] of the statements that finished between two server
+    times (now64(6)), from system.query_log: the server's own CPU per statement."""
+    server.query("SYSTEM FLUSH LOGS")
+    out = server.query(
+        f"SELECT {STATEMENT_CLASS} AS class, count(), sum({QUERY_CPU}) FROM system.query_log "
+        f"WHERE type = 'QueryFinish' AND event_time_microseconds BETWEEN '{since}' AND '{until}' "
+        "AND query NOT ILIKE '%now64(6)%' GROUP BY class ORDER BY 3 DESC FORMAT TSV")
+    return [(c, int(n), float(cpu)) for c, n, cpu in (line.split("\t") for line in out.splitlines() if line)]
+
+
 class Meter:
     """Over a block: wall time, the server's CPU, the machine's busy CPU, and the part of that
     used by processes outside this benchmark's process tree (other work on the machine)."""
@@ -273,6 +302,7 @@ class Meter:
         self.server = server
 
     def __enter__(self):
+        self.server_t0 = self.server.scalar("SELECT now64(6)")
         self.tree0 = tree_cpu_seconds(os.getpid())
         self.t0, self.cpu0, self.machine0 = time.monotonic(), self.server.cpu(), machine_cpu_seconds()
         return self
@@ -282,6 +312,7 @@ class Meter:
         self.server_cpu = self.server.cpu() - self.cpu0
         self.machine_cpu = machine_cpu_seconds() - self.machine0
         self.others_cpu = max(0.0, self.machine_cpu - (tree_cpu_seconds(os.getpid()) - self.tree0))
+        self.server_t1 = self.server.scalar("SELECT now64(6)")
         return False
 
 
@@ -570,6 +601,7 @@ def one_round(order, frames, tables, rows, server, config, chpart, args):
             extra = {"inserts": sum(r.inserts for r in out), "spark_tasks": len(out)}
             loaded = sum(r.rows for r in out)
         say(f"      {m.wall:.1f}s, server CPU {m.server_cpu:.2f}s")
+        extra["statements"] = statement_breakdown(server, m.server_t0, m.server_t1)
         figures["variants"][name] = variant_figures(m, server, table, loaded, extra)
         if figures["variants"][name]["table_rows_after_load"] != rows:
             raise BenchError(f"{table} holds {figures['variants'][name]['table_rows_after_load']} rows after the "
@@ -619,7 +651,17 @@ def miss_reason(a, b, goal):
                  f"held its rows), and a merge rewrites the whole partition once, so chpart can be at most "
                  f"{b['server_cpu_secs_per_gb_with_merge'] / max(merge, 1e-9):.1f}x below INSERT's "
                  f"{b['server_cpu_secs_per_gb_with_merge']:.2f} CPU s/GB while its tasks split a partition")
-    return text + f" (target {goal:.0f}x needs chpart at <= {b['server_cpu_secs_per_gb_with_merge'] / goal:.2f})"
+    gb = a["uncompressed_bytes"] / 1e9
+    top = ", ".join(f"{c} {cpu / gb:.2f}" for c, _, cpu in a["statements"][:4])
+    return text + (f" (target {goal:.0f}x needs chpart at <= {b['server_cpu_secs_per_gb_with_merge'] / goal:.2f}); "
+                   f"chpart's load in CPU s/GB by statement: {top}")
+
+
+def breakdown_text(f):
+    """The load's server CPU per statement class, and the rest (background: merges, logs, idle)."""
+    items = [f"{c} {cpu:.2f}s ({n})" for c, n, cpu in f["statements"]]
+    rest = f["server_cpu_secs"] - sum(cpu for _, _, cpu in f["statements"])
+    return ", ".join(items + [f"outside statements (merges, log flushes, idle) {rest:.2f}s"])
 
 
 def merged_of(f):
@@ -660,6 +702,8 @@ def print_report(result):
                 print(f"{name}: begin {ph['begin']:.2f}s, Spark job with chpart build {ph['job']:.1f}s, commit "
                       f"{ph['commit']:.2f}s; {f['parts_attached']} part(s) attached from {f['spark_tasks']} task(s)")
         print(f"insert: {v['insert']['inserts']} INSERT requests from {v['insert']['spark_tasks']} tasks")
+        for name, f in v.items():
+            print(f"{name}: the load's server CPU by statement (query_log): " + breakdown_text(f))
         for name, f in v.items():
             print(f"{name}: at rest in {f['merge_secs']:.1f}s: {f['parts_after_load']} -> {f['parts_after_merge']} "
                   f"part(s) in {f['partitions']} partition(s), server CPU {f['merge_server_cpu_secs']:.2f}s "
