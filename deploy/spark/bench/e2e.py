@@ -1,38 +1,41 @@
 """End-to-end benchmark of one Spark job's load into ClickHouse: chpart vs row inserts over HTTP.
 
-The same Spark job loads the same events twice in one run: through chpart, and by inserting
-rows over HTTP the way a row-inserting connector does.
+The same Spark job loads the same events in one run: through chpart, and by inserting rows over
+HTTP the way a row-inserting connector does; in two shapes, and each table's merges counted until
+it is at rest.
 
     cargo build --release
-    .venv/bin/python deploy/spark/bench/e2e.py [--rows N] [--partitions P]
+    .venv/bin/python deploy/spark/bench/e2e.py [--shapes hourly bulk] [--rows N] [--bulk-rows N]
 
 What runs, in this order (README.md next to this file explains every figure):
 
 1. Its own ClickHouse 26.9 server (deploy/clickhouse-server serve --stop-on-stdin-eof, free
-   loopback ports, a fresh temp dir): it stops when this script ends, fails, is interrupted or
-   killed, because it watches a pipe from this process. Two identical MergeTree tables, the
-   DDL of deploy/spark/examples/load_events.py (an hour of web events, 10 columns).
-2. A local Spark session (local[2]) and the DataFrame of that example's generator: deterministic,
-   so every job below computes the same rows. The source checksum runs first (it also warms the
-   JVM and the Python workers); then "Spark alone": the same job handing its Arrow batches to
-   Python and discarding them, the part of every load that is not the load itself.
-3. --repeat rounds (tables emptied in between, the order alternating), each of both loads:
-   (a) `chpart_spark.write` into `bench.events_chpart` (local transport: tasks build parts with
-   clickhouse-local and move them into the server's detached/; the driver attaches them).
-   (b) `df.mapInArrow` tasks POSTing `INSERT INTO bench.events_insert FORMAT ArrowStream`,
-   one request per 10,000 rows: the defaults of ClickHouse's own Spark connector
-   (`spark.clickhouse.write.format=arrow`, `spark.clickhouse.write.batchSize=10000`).
-   For each: wall time of the whole load, the server process's utime+stime over it, then (its
-   merges stopped, so none lands in the other load's figures) the table's uncompressed bytes
-   from system.parts. Then each table is merged to one part per partition (OPTIMIZE FINAL),
-   its server CPU measured: the merges a load leaves to the server, at most.
+   loopback ports, a fresh temp dir, system.query_log on): it stops when this script ends,
+   fails, is interrupted or killed, because it watches a pipe from this process. MergeTree
+   tables of the DDL of deploy/spark/examples/load_events.py (web events, 10 columns,
+   partitioned by day), one per shape and variant.
+2. A local Spark session (local[2]) and, per shape, a DataFrame of that example's generator
+   (deterministic): "hourly", one hour of one day (one table partition) over the tasks;
+   "bulk", the hour stretched over 24 days (24 table partitions), each task holding whole days.
+   The source checksum runs first (it also warms the JVM and the Python workers); then "Spark
+   alone": the same job handing its Arrow batches to Python and discarding them.
+3. --repeat rounds (tables emptied in between, the order alternating), each of every variant:
+   (a) `chpart_spark.write` (local transport: tasks build parts with clickhouse-local and move
+   them into the server's detached/; the driver attaches them); for hourly also (a1), the same
+   rows in one task; (b) `df.mapInArrow` tasks POSTing `INSERT ... FORMAT ArrowStream`, one
+   request per 10,000 rows (the defaults of ClickHouse's own Spark connector). For each: wall
+   time, the server process's utime+stime over it and its split by statement (query_log), then
+   (its merges stopped, so none lands in another load's figures) the table's uncompressed bytes.
+   Then each table is brought to rest: every table partition with more than one part merged
+   into one (OPTIMIZE ... PARTITION ... FINAL), its server CPU measured.
 4. The last round's tables are checked against the source: count and order-independent
    checksum.
-5. Each variant's fastest round: a table and the targets on stdout, the figures in
-   docs/e2e-benchmark.json and a chart in docs/e2e-benchmark.png (matplotlib).
+5. Each variant's fastest round: per shape a table, the targets with PASS/MISS (hourly >= 10x,
+   bulk >= 20x less server CPU per GB than INSERT, merges counted) and why a MISS missed, on
+   stdout; the figures in docs/e2e-benchmark.json and a chart in docs/e2e-benchmark.png.
 
-Exit status: 0 when both tables hold exactly the source rows (a missed target is reported, not
-an error: timings on a shared machine are evidence, not a verdict), 1 when they do not, 2 when
+Exit status: 0 when every table holds exactly the source rows (a missed target is reported, not
+an error: timings on a shared machine are evidence, not a verdict), 1 when one does not, 2 when
 the benchmark could not run.
 """
 
