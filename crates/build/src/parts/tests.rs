@@ -163,6 +163,53 @@ fn builds_from_parquet_files_with_absolute_paths() {
 }
 
 #[test]
+fn a_large_input_is_one_part_per_partition() {
+    // 2.2M rows, the three months interleaved row by row: two default insert blocks (a block
+    // ends once it holds 1,048,449 rows), every block holding rows of every month.
+    let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-large").unwrap();
+    let file = work.path().join("large.parquet");
+    let rows = 2_200_000u64;
+    let query = format!(
+        "SELECT toDateTime64('2026-01-10 12:00:00', 3, 'UTC') + toIntervalMonth(number % 3) AS ts, number AS id, \
+         concat('name-', toString(number % 7)) AS name FROM numbers({rows}) INTO OUTFILE {} FORMAT Parquet",
+        crate::sql::quote_os(file.as_os_str())
+    );
+    command().run(&["--query".into(), query.into()]).unwrap();
+    let source = || vec![(file.clone(), "Parquet".to_string(), STRUCTURE.to_string())];
+
+    let out = build(&work, source());
+    let parts = inspect_parts(&out, None).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    let summary: Vec<(String, u64)> = parts
+        .iter()
+        .map(|p| (p.partition_id.to_string(), p.rows))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("202601".to_string(), rows / 3 + 1),
+            ("202602".to_string(), rows / 3),
+            ("202603".to_string(), rows / 3),
+        ],
+        "{out}"
+    );
+
+    // The same insert without the block settings: a part per partition per default block.
+    let ddl = local_table_ddl(TARGET, "chpart", "events").unwrap();
+    let query = build_query(&ddl, "chpart", "events", &insert_columns(), source())
+        .unwrap()
+        .replace(&format!(", {ONE_BLOCK}"), "");
+    let out = command()
+        .run(&local_args(&work.path().join("ch-default"), &query))
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    let default_parts = inspect_parts(&out, None).unwrap().len();
+    assert!(
+        default_parts >= 6,
+        "{default_parts} parts with the default blocks:\n{out}"
+    );
+}
+
+#[test]
 fn merged_builds_are_accepted_only_after_a_merge() {
     let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-merge").unwrap();
     let ddl = local_table_ddl(TARGET, "chpart", "events").unwrap();
@@ -417,15 +464,15 @@ fn build_query_statements() {
             files,
             &columns,
             format!("{head}\
-             INSERT INTO `chpart`.`t` (`id`, `we ird`) SETTINGS optimize_on_insert = 0 SELECT `id`, `we ird` FROM file('/data/a b.parquet', 'Parquet', 'id UInt64, `we ird` String');\n\
-             INSERT INTO `chpart`.`t` (`id`, `we ird`) SETTINGS optimize_on_insert = 0 SELECT `id`, `we ird` FROM file('/data/it\\'s.arrow', 'Arrow', 'id UInt64, `we ird` String');\n{list}"),
+             INSERT INTO `chpart`.`t` (`id`, `we ird`) SETTINGS optimize_on_insert = 0, min_insert_block_size_rows = 0, min_insert_block_size_bytes = 1073741824 SELECT `id`, `we ird` FROM file('/data/a b.parquet', 'Parquet', 'id UInt64, `we ird` String');\n\
+             INSERT INTO `chpart`.`t` (`id`, `we ird`) SETTINGS optimize_on_insert = 0, min_insert_block_size_rows = 0, min_insert_block_size_bytes = 1073741824 SELECT `id`, `we ird` FROM file('/data/it\\'s.arrow', 'Arrow', 'id UInt64, `we ird` String');\n{list}"),
         ),
         (
             "all columns",
             one,
             &[],
             format!("{head}\
-             INSERT INTO `chpart`.`t` SETTINGS optimize_on_insert = 0 SELECT * FROM file('/data/a b.parquet', 'Parquet', 'id UInt64, `we ird` String');\n{list}"),
+             INSERT INTO `chpart`.`t` SETTINGS optimize_on_insert = 0, min_insert_block_size_rows = 0, min_insert_block_size_bytes = 1073741824 SELECT * FROM file('/data/a b.parquet', 'Parquet', 'id UInt64, `we ird` String');\n{list}"),
         ),
     ];
     for (what, source, columns, want) in cases {
