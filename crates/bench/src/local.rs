@@ -2,9 +2,11 @@
 //!
 //! "Raw" is what an engineer would run by hand to turn the same Parquet file into parts of the
 //! same table: one clickhouse-local session that creates the table from the benchmark DDL and
-//! inserts every file with `file(<path>, Parquet)`. Like chpart it stops merges first, so both
-//! produce the parts the inserts made (left on, clickhouse-local may merge some of them while
-//! the session runs, making the work, and the timing, vary from run to run); with `merge`, both
+//! inserts every file with `file(<path>, Parquet)`, with the insert settings chpart builds with
+//! (`chpart_build::parts::ONE_BLOCK`: one block, so one part per partition, per file). Like
+//! chpart it stops merges first, so both produce the parts the inserts made (left on,
+//! clickhouse-local may merge some of them while the session runs, making the work, and the
+//! timing, vary from run to run); with `merge`, both
 //! end with `OPTIMIZE TABLE ... FINAL`. The session ends by listing the parts it made, which
 //! gives the row check, the sizes and the part directories the upload benchmark copies.
 
@@ -79,7 +81,8 @@ pub fn build_query(inputs: &[PathBuf], merge: bool) -> anyhow::Result<String> {
             .to_str()
             .with_context(|| format!("input path {} is not UTF-8", input.display()))?;
         statements.push(format!(
-            "INSERT INTO {target} SELECT * FROM file({}, Parquet)",
+            "INSERT INTO {target} SETTINGS {} SELECT * FROM file({}, Parquet)",
+            chpart_build::parts::ONE_BLOCK,
             quote(path)
         ));
     }
@@ -160,7 +163,8 @@ mod tests {
             true,
         )
         .unwrap();
-        assert!(q.contains("INSERT INTO db.events SELECT * FROM file('/d/a.parquet', Parquet)"));
+        assert!(q.contains("SELECT * FROM file('/d/a.parquet', Parquet)"));
+        assert!(q.contains(chpart_build::parts::ONE_BLOCK));
         assert!(q.contains("file('/d/it\\'s.parquet', Parquet)"));
         assert!(q.contains("OPTIMIZE TABLE db.events FINAL"));
         assert!(build_query(&[PathBuf::from("rel.parquet")], false).is_err());
