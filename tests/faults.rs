@@ -245,3 +245,72 @@ fn a_load_over_slow_links_finishes_exactly_once() {
     assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
     assert!(s.detached("events").is_empty());
 }
+
+/// sshd itself dies in the middle of an upload, with every session it runs (SIGKILL, as when
+/// the host's sshd crashes or is restarted), and is started again two seconds later with the
+/// same host key: the build resends the part on a new connection once sshd is back, and the
+/// load finishes exactly once in one run. The link to sshd is slowed so that the restart
+/// lands while part files are being written, not before or after the upload.
+#[test]
+fn a_build_rides_out_sshd_restarted_in_the_middle_of_its_upload() {
+    let ch = shared();
+    let mut sshd = Sshd::start(&[]);
+    let http = FaultProxy::start(http_addr(ch));
+    let ssh = FaultProxy::start(([127, 0, 0, 1], sshd.port).into());
+    let s = Setup::new(ch, "faults_sshd_restart");
+    through_proxies(&s, &sshd, &http, &ssh, 30);
+    let begun = s.begin("fsr-1", &[]);
+    assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
+
+    let input = write_rows(
+        s.dir.path(),
+        "rows.parquet",
+        &rows_select(0, 600_000),
+        "Parquet",
+    );
+    // Each 64 KiB chunk 20 ms late: the parts (several MB) take seconds to upload.
+    ssh.set_mode(Mode::Slow(Duration::from_millis(20)));
+    let build = s
+        .build_cmd("fsr-1", "app-4.1", 0)
+        .arg("--input")
+        .arg(&input)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The SSH handshake and the staging directories take a few KiB; 1 MiB sent is part data.
+    let mid_upload =
+        chpart_testenv::wait_until(Duration::from_secs(120), || ssh.sent_bytes() > 1024 * 1024);
+    assert!(mid_upload, "the upload did not start within 120 s");
+    let before = ssh.accepted();
+    sshd.restart(Duration::from_secs(2));
+    ssh.set_mode(Mode::Pass);
+    let built = build.wait_with_output().unwrap();
+    let line = manifest_line(&built);
+    // `upload <remote dir>: retry N ...`: a part's upload was cut by the restart and sent again.
+    assert!(
+        text(&built)
+            .lines()
+            .any(|l| l.contains("upload ") && l.contains(": retry ")),
+        "the upload's retry is logged: {}",
+        text(&built)
+    );
+    assert!(
+        ssh.accepted() > before,
+        "the build reconnected after the restart"
+    );
+
+    let file = winners(s.dir.path(), &[&line]);
+    let out = s.run(&[
+        "commit",
+        "--load",
+        "fsr-1",
+        "--winners",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(count(ch, &s.table), "600000\t600000\n");
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert!(s.detached("events").is_empty());
+}

@@ -36,6 +36,8 @@ struct State {
     cut_after: AtomicU64,
     cuts: AtomicUsize,
     accepted: AtomicUsize,
+    /// Client-to-upstream bytes forwarded so far.
+    sent: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -53,6 +55,7 @@ impl State {
 
     /// Counts `n` forwarded client bytes; cuts every connection when an armed cut is due.
     fn forwarded(&self, n: u64) {
+        self.sent.fetch_add(n, Ordering::SeqCst);
         let mut left = self.cut_after.load(Ordering::SeqCst);
         while left != u64::MAX {
             let next = left.saturating_sub(n);
@@ -94,6 +97,7 @@ impl FaultProxy {
             cut_after: AtomicU64::new(u64::MAX),
             cuts: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
+            sent: AtomicU64::new(0),
             stop: AtomicBool::new(false),
         });
         let shared = state.clone();
@@ -128,6 +132,11 @@ impl FaultProxy {
     /// Cuts so far.
     pub fn cuts(&self) -> usize {
         self.state.cuts.load(Ordering::SeqCst)
+    }
+
+    /// Bytes forwarded from clients to the target so far (an upload's progress).
+    pub fn sent_bytes(&self) -> u64 {
+        self.state.sent.load(Ordering::SeqCst)
     }
 
     /// Connections accepted so far.

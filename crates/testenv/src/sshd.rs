@@ -52,6 +52,7 @@ pub struct Sshd {
     pub client_key: PathBuf,
     /// OpenSSH known_hosts with this server's key as `[host]:port`.
     pub known_hosts: PathBuf,
+    allow_users: Vec<String>,
     child: Child,
     stdin: Option<ChildStdin>,
     _tempdir: tempfile::TempDir,
@@ -83,6 +84,31 @@ impl Sshd {
             }
         }
         panic!("sshd could not bind a free port in {PORT_ATTEMPTS} attempts; last log:\n{last}");
+    }
+
+    /// The daemon dies at once with every session it runs (SIGKILL to the listener and to all
+    /// its descendants: the SFTP sessions mid-transfer, and the watchdog), as when the host's
+    /// sshd crashes or is restarted with its sessions; after `down` it starts again on the same
+    /// address and port with the same host key, so clients that verify the key reconnect.
+    /// Panics when the port cannot be bound again.
+    pub fn restart(&mut self, down: Duration) {
+        kill_tree(self.child.id());
+        let _ = self.child.wait();
+        // The watchdog is dead too, so closing its pipe can no longer signal a reused pid.
+        drop(self.stdin.take());
+        let _ = fs::remove_file(self.dir.join("sshd.pid"));
+        std::thread::sleep(down);
+        let users: Vec<&str> = self.allow_users.iter().map(String::as_str).collect();
+        match spawn_daemon(&self.dir, self.host, self.port, &users) {
+            Ok((child, stdin)) => {
+                self.child = child;
+                self.stdin = stdin;
+            }
+            Err(StartError::PortTaken(log)) | Err(StartError::Failed(log)) => panic!(
+                "sshd could not start again on {}:{}: {log}",
+                self.host, self.port
+            ),
+        }
     }
 
     /// The last lines of the daemon's log (sshd runs with `LogLevel
@@ -351,9 +377,34 @@ fn try_start(host: Ipv4Addr, allow_users: &[&str]) -> Result<Sshd, StartError> {
     let tempdir = scratch_dir("sshd");
     let dir = tempdir.path().to_path_buf();
     let port = free_port_on(host);
+    let (child, stdin) = spawn_daemon(&dir, host, port, allow_users)?;
+    Ok(Sshd {
+        host,
+        port,
+        client_key: dir.join("client_key"),
+        known_hosts: dir.join("known_hosts"),
+        dir,
+        allow_users: allow_users.iter().map(|u| u.to_string()).collect(),
+        child,
+        stdin,
+        _tempdir: tempdir,
+    })
+}
+
+/// Starts sshd from `dir` (keys made there on the first start, kept after) on `host:port` and
+/// waits until it accepts connections.
+fn spawn_daemon(
+    dir: &Path,
+    host: Ipv4Addr,
+    port: u16,
+    allow_users: &[&str],
+) -> Result<(Child, Option<ChildStdin>), StartError> {
     let log_path = dir.join("sshd.log");
-    let log = fs::File::create(&log_path)
-        .map_err(|e| StartError::Failed(format!("create {}: {e}", log_path.display())))?;
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| StartError::Failed(format!("open {}: {e}", log_path.display())))?;
     let log_err = log
         .try_clone()
         .map_err(|e| StartError::Failed(format!("clone {}: {e}", log_path.display())))?;
@@ -361,7 +412,7 @@ fn try_start(host: Ipv4Addr, allow_users: &[&str]) -> Result<Sshd, StartError> {
     let mut cmd = Command::new("bash");
     cmd.arg(deploy_script("sshd.sh"))
         .args(["start", "--foreground", "--stop-on-stdin-eof", "--dir"])
-        .arg(&dir)
+        .arg(dir)
         .args(["--port", &port.to_string()])
         .args(["--listen", &host.to_string()]);
     for user in allow_users {
@@ -397,7 +448,7 @@ fn try_start(host: Ipv4Addr, allow_users: &[&str]) -> Result<Sshd, StartError> {
             .map(|pid| pid.trim() == child.id().to_string())
             .unwrap_or(false);
         if ours && TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok() {
-            break;
+            return Ok((child, stdin));
         }
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -409,17 +460,44 @@ fn try_start(host: Ipv4Addr, allow_users: &[&str]) -> Result<Sshd, StartError> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
 
-    Ok(Sshd {
-        host,
-        port,
-        client_key: dir.join("client_key"),
-        known_hosts: dir.join("known_hosts"),
-        dir,
-        child,
-        stdin,
-        _tempdir: tempdir,
-    })
+/// SIGKILLs `root` and every process descended from it, children first found, so none is
+/// re-parented out of reach before it is killed (the tree is walked from /proc's parent links;
+/// the root is stopped first so it forks no new child meanwhile).
+fn kill_tree(root: u32) {
+    let signal = |pid: u32, sig| unsafe { libc::kill(pid as libc::pid_t, sig) };
+    signal(root, libc::SIGSTOP);
+    let mut pending = vec![root];
+    let mut tree = Vec::new();
+    while let Some(pid) = pending.pop() {
+        signal(pid, libc::SIGSTOP);
+        tree.push(pid);
+        pending.extend(children_of(pid));
+    }
+    for pid in tree {
+        signal(pid, libc::SIGKILL);
+    }
+}
+
+/// The pids whose parent is `pid`, from /proc/<pid>/stat (field 4).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|candidate| {
+            fs::read_to_string(format!("/proc/{candidate}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // The command name (field 2) is in parentheses and may hold spaces.
+                    let after = &stat[stat.rfind(')')? + 2..];
+                    after.split(' ').nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
 }
 
 /// Makes sure the unprivileged system user `name` exists and can log in with
