@@ -332,19 +332,26 @@ fn random_kill_schedules_load_every_row_exactly_once_and_leave_nothing() {
                 .failures
                 .push(format!("schedule {i} seed {seed}: {e}"));
         }
-        if (i + 1) % 25 == 0 {
-            eprintln!(
-                "crash harness: {} schedules in {:.0} s, {} failure(s)",
-                i + 1,
-                started.elapsed().as_secs_f64(),
-                tally.failures.len()
-            );
+        // Every 25 schedules the summary so far is printed and written, so a long run that is
+        // stopped early still leaves its figures.
+        if (i + 1) % 25 == 0 || i + 1 == schedules {
+            report(&tally, base, started.elapsed(), i + 1 == schedules);
         }
     }
+    assert!(tally.failures.is_empty(), "{:#?}", tally.failures);
+    assert!(
+        tally.commits_killed > 0 && tally.builds_killed > 0 || schedules < 10,
+        "the schedules killed nothing: the harness did not test recovery"
+    );
+}
+
+/// Prints the summary so far (one line, or all of it at the end) and writes it as JSON to
+/// `CRASH_REPORT` when set.
+fn report(tally: &Tally, seed: u64, elapsed: Duration, last: bool) {
     let report = serde_json::json!({
         "schedules": tally.schedules,
-        "seed": base,
-        "seconds": started.elapsed().as_secs_f64().round(),
+        "seed": seed,
+        "seconds": elapsed.as_secs_f64().round(),
         "builds_killed": tally.builds_killed,
         "commits_killed": tally.commits_killed,
         "commit_kills_by_last_step": tally.kills_by_step,
@@ -353,13 +360,17 @@ fn random_kill_schedules_load_every_row_exactly_once_and_leave_nothing() {
         "server_restarts": tally.server_restarts,
         "failures": tally.failures,
     });
-    eprintln!("crash harness: {report:#}");
+    if last {
+        eprintln!("crash harness: {report:#}");
+    } else {
+        eprintln!(
+            "crash harness: {} schedules in {:.0} s, {} failure(s)",
+            tally.schedules,
+            elapsed.as_secs_f64(),
+            tally.failures.len()
+        );
+    }
     if let Ok(path) = std::env::var("CRASH_REPORT") {
         std::fs::write(path, format!("{report:#}\n")).unwrap();
     }
-    assert!(tally.failures.is_empty(), "{:#?}", tally.failures);
-    assert!(
-        tally.commits_killed > 0 && tally.builds_killed > 0 || schedules < 10,
-        "the schedules killed nothing: the harness did not test recovery"
-    );
 }
