@@ -33,6 +33,9 @@ done
 dpkg -s libssl-dev >/dev/null 2>&1 || need_pkgs+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+# Packet loss for the lossy-network test (crates/testenv/src/loss.rs): netfilter's random drop,
+# since this machine's kernel has no netem qdisc.
+command -v iptables >/dev/null 2>&1 || need_pkgs+=(iptables)
 if ! java -version 2>&1 | grep -q 'version "17' || ! javac -version 2>&1 | grep -q '^javac 17'; then
   need_pkgs+=(openjdk-17-jdk-headless)
 fi

@@ -10,6 +10,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use chpart_testenv::clickhouse::{shared, ClickHouse};
+use chpart_testenv::loss::PacketLoss;
 use chpart_testenv::proxy::{FaultProxy, Mode};
 use chpart_testenv::sshd::Sshd;
 
@@ -26,9 +27,16 @@ fn through_proxies(
     ssh: &FaultProxy,
     deadline_secs: u64,
 ) {
+    over_sftp(setup, sshd, http.port, ssh.port, deadline_secs);
+}
+
+/// `setup`'s config with the server reached on 127.0.0.1:`http_port` and the filesystem over
+/// SFTP on 127.0.0.1:`ssh_port` (sshd's own port or a proxy's in front of it: known_hosts
+/// lists sshd's key for that port), retried for `deadline_secs`.
+fn over_sftp(setup: &Setup, sshd: &Sshd, http_port: u16, ssh_port: u16, deadline_secs: u64) {
     let known = std::fs::read_to_string(&sshd.known_hosts)
         .unwrap()
-        .replace(&format!("]:{} ", sshd.port), &format!("]:{} ", ssh.port));
+        .replace(&format!("]:{} ", sshd.port), &format!("]:{ssh_port} "));
     let known_hosts = setup.dir.path().join("known_hosts.proxy");
     std::fs::write(&known_hosts, known).unwrap();
     let mut config = std::fs::read_to_string(&setup.config).unwrap();
@@ -39,15 +47,14 @@ fn through_proxies(
         .trim_matches('"')
         .to_owned();
     config = config
-        .replace(&url, &format!("http://127.0.0.1:{}", http.port))
+        .replace(&url, &format!("http://127.0.0.1:{http_port}"))
         .replace("kind = \"local\"", "kind = \"sftp\"")
         .replace(
             "deadline_secs = 3",
             &format!("deadline_secs = {deadline_secs}"),
         );
     config.push_str(&format!(
-        "[ssh]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"root\"\nidentity_file = \"{}\"\nknown_hosts = \"{}\"\nconnect_timeout_secs = 2\n",
-        ssh.port,
+        "[ssh]\nhost = \"127.0.0.1\"\nport = {ssh_port}\nuser = \"root\"\nidentity_file = \"{}\"\nknown_hosts = \"{}\"\nconnect_timeout_secs = 2\n",
         sshd.client_key.display(),
         known_hosts.display()
     ));
@@ -310,6 +317,54 @@ fn a_build_rides_out_sshd_restarted_in_the_middle_of_its_upload() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(count(ch, &s.table), "600000\t600000\n");
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert!(s.detached("events").is_empty());
+}
+
+/// Real packet loss (this machine's kernel has no `netem`; netfilter's random drop stands in):
+/// 5% of the packets to and from the server's HTTP port and sshd's port are dropped, both ways,
+/// for the whole load. TCP retransmits, and lost SYNs delay connects by seconds (past the 2 s
+/// SSH connect timeout, which is retried): the load is slower, and exactly once. The server is
+/// the test's own, so no other test's traffic is dropped.
+#[test]
+fn a_load_over_lossy_links_finishes_exactly_once() {
+    let ch = ClickHouse::start(None);
+    let sshd = Sshd::start(&[]);
+    let s = Setup::new(&ch, "faults_loss");
+    over_sftp(&s, &sshd, ch.http_port, sshd.port, 60);
+    let loss = PacketLoss::start(&[ch.http_port, sshd.port], 5);
+    let begun = s.begin("fl-1", &[]);
+    assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
+    let input = write_rows(
+        s.dir.path(),
+        "rows.parquet",
+        &rows_select(0, 300_000),
+        "Parquet",
+    );
+    let built = s
+        .build_cmd("fl-1", "app-5.1", 0)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    let file = winners(s.dir.path(), &[&manifest_line(&built)]);
+    let out = s.run(&[
+        "commit",
+        "--load",
+        "fl-1",
+        "--winners",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let dropped = loss.dropped();
+    eprintln!("lossy links: {dropped} packets dropped");
+    assert!(
+        dropped > 0,
+        "no packet was dropped: the test tested nothing"
+    );
+    drop(loss);
+    assert_eq!(count(&ch, &s.table), "300000\t300000\n");
     let gc = s.run(&["gc"]);
     assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
     assert!(s.detached("events").is_empty());

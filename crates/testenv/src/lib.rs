@@ -9,6 +9,7 @@
 //! - [`sshd::Sshd`]: OpenSSH sshd on 127.0.0.1 (or another loopback address) with keys and
 //!   `known_hosts` made per run; [`sshd::SshAgent`]: an `ssh-agent` of the test's own.
 //! - [`moto::Moto`]: moto's S3 server on 127.0.0.1, a bucket per test, for `s3` disks.
+//! - [`loss::PacketLoss`]: real packet loss on loopback ports (iptables `statistic` drops).
 //! - [`cluster::Cluster`]: several servers forming one ClickHouse cluster (one shard each,
 //!   each on its own loopback address, optionally with an sshd per "host").
 //!
@@ -20,6 +21,7 @@
 
 pub mod clickhouse;
 pub mod cluster;
+pub mod loss;
 pub mod moto;
 pub mod proxy;
 pub mod sshd;
