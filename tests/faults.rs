@@ -369,3 +369,75 @@ fn a_load_over_lossy_links_finishes_exactly_once() {
     assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
     assert!(s.detached("events").is_empty());
 }
+
+/// The server's host cut off in the middle of a commit: every packet to and from its HTTP port
+/// dropped for 5 s (no RST: requests in flight hang past the 3 s request timeout, so whether
+/// the statement they carried was applied is unknown), starting right after the first
+/// `ATTACH PART` of two. The commit establishes what happened by reading the server back once
+/// it answers again, and finishes in one run: rows exactly once, nothing left after gc.
+#[test]
+fn a_commit_rides_out_the_server_cut_off_for_five_seconds() {
+    let ch = ClickHouse::start(None);
+    let sshd = Sshd::start(&[]);
+    let s = Setup::new(&ch, "faults_cut_off");
+    over_sftp(&s, &sshd, ch.http_port, sshd.port, 60);
+    let config = std::fs::read_to_string(&s.config).unwrap();
+    std::fs::write(
+        &s.config,
+        config.replace("request_timeout_secs = 60", "request_timeout_secs = 3"),
+    )
+    .unwrap();
+    let begun = s.begin("fc-1", &[]);
+    assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
+    // 20 days over January and February: two parts, two ATTACHes.
+    let input = write_rows(
+        s.dir.path(),
+        "rows.parquet",
+        &rows_select(0, 100_000),
+        "Parquet",
+    );
+    let built = s
+        .build_cmd("fc-1", "app-6.1", 0)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    let file = winners(s.dir.path(), &[&manifest_line(&built)]);
+    let events = s.dir.path().join("commit.events");
+    let commit = crate::cli::chpart()
+        .args(["commit", "--config"])
+        .arg(&s.config)
+        .args(["--load", "fc-1", "--winners"])
+        .arg(&file)
+        .arg("--events")
+        .arg(&events)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let attached = chpart_testenv::wait_until(Duration::from_secs(60), || {
+        std::fs::read_to_string(&events)
+            .unwrap_or_default()
+            .contains("\"commit.attach_part\"")
+    });
+    assert!(attached, "no ATTACH within 60 s");
+    let cut = PacketLoss::start(&[ch.http_port], 100);
+    std::thread::sleep(Duration::from_secs(5));
+    let dropped = cut.dropped();
+    drop(cut);
+    let out = commit.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        dropped > 0,
+        "the cut dropped nothing: the commit had ended before it"
+    );
+    assert!(
+        text(&out).contains(": retry "),
+        "the commit retried after the cut: {}",
+        text(&out)
+    );
+    assert_eq!(count(&ch, &s.table), "100000\t100000\n");
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert!(s.detached("events").is_empty());
+}

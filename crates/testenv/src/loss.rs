@@ -26,10 +26,11 @@ pub struct PacketLoss {
 }
 
 impl PacketLoss {
-    /// Drops `percent` of the packets (1-99) to and from each of `ports` on `lo`, in both
-    /// directions, from now until the handle drops.
+    /// Drops `percent` of the packets (1-100; 100 cuts the host off: connections hang, as
+    /// behind a dead link, rather than being refused) to and from each of `ports` on `lo`, in
+    /// both directions, from now until the handle drops.
     pub fn start(ports: &[u16], percent: u32) -> PacketLoss {
-        assert!((1..100).contains(&percent), "loss of {percent}%");
+        assert!((1..=100).contains(&percent), "loss of {percent}%");
         remove_stale_rules();
         let comment = format!("{TAG}{}", std::process::id());
         let probability = format!("{:.2}", f64::from(percent) / 100.0);
@@ -39,29 +40,14 @@ impl PacketLoss {
         };
         for port in ports {
             for direction in ["--dport", "--sport"] {
-                let rule: Vec<String> = [
-                    "-o",
-                    "lo",
-                    "-p",
-                    "tcp",
-                    direction,
-                    &port.to_string(),
-                    "-m",
-                    "statistic",
-                    "--mode",
-                    "random",
-                    "--probability",
-                    &probability,
-                    "-m",
-                    "comment",
-                    "--comment",
-                    &loss.comment,
-                    "-j",
-                    "DROP",
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
+                let port = port.to_string();
+                let mut rule = vec!["-o", "lo", "-p", "tcp", direction, &port];
+                if percent < 100 {
+                    rule.extend(["-m", "statistic", "--mode", "random"]);
+                    rule.extend(["--probability", &probability]);
+                }
+                rule.extend(["-m", "comment", "--comment", &loss.comment, "-j", "DROP"]);
+                let rule: Vec<String> = rule.iter().map(|s| s.to_string()).collect();
                 iptables(&["-A", CHAIN], &rule);
                 loss.rules.push(rule);
             }
