@@ -78,8 +78,12 @@ def test_replace_reload_of_existing_partitions(spark, clickhouse, chpart_config,
     first = events(spark, rows=45_000, partitions=3, days=3)
     s1 = chpart_spark.write(first, table=TABLE, load_id="history-v1", config=chpart_config, chpart=chpart_bin)
     assert s1["rows"] == 45_000 and s1["partitions"] == 3  # three days
-    # No test hook, no via: without the connector's jar in this session, "auto" runs Python tasks.
+    # No test hook, no via: without the connector's jar in this session, "auto" runs Python tasks;
+    # insisting on the connector is refused before anything runs.
     assert s1["via"] == "python", s1
+    with pytest.raises(ValueError, match="chpart.spark.ChpartDataSource is not loadable"):
+        chpart_spark.write(first, table=TABLE, load_id="history-v1-jar", config=chpart_config, chpart=chpart_bin,
+                           via="connector")
     reloaded_day = day_id(1)
     others = f"toYYYYMMDD(ts) != {reloaded_day}"
     before_others = table_checksum(clickhouse, TABLE, others)
