@@ -34,10 +34,12 @@ def run_logged(argv, log, timeout, what):
             pytest.fail(f"{what} ran over {timeout}s; its output:\n{log.read_text()[-6000:]}", pytrace=False)
 
 
-def run_scenario(tmp_path, scenario, config, chpart, load, rows, master=None, table=TABLE, jar=None, partitions=4):
+def run_scenario(tmp_path, scenario, config, chpart, load, rows, master=None, table=TABLE, jar=None, partitions=4,
+                 extra_args=()):
     """Runs failure_jobs/run_job.py for `scenario` in its own process group (killed as a whole
     if it overruns) and returns its JSON result; fails with the driver's output if the driver
-    did not finish its load. `jar`: the JVM connector, for the connector scenarios."""
+    did not finish its load. `jar`: the JVM connector, for the connector scenarios;
+    `extra_args`: more of run_job.py's arguments."""
     out = tmp_path / f"{scenario}.json"
     argv = [sys.executable, os.path.join(HERE, "failure_jobs", "run_job.py"), "--scenario", scenario,
             "--config", config, "--chpart", chpart, "--table", table, "--load", load, "--rows", str(rows),
@@ -46,6 +48,7 @@ def run_scenario(tmp_path, scenario, config, chpart, load, rows, master=None, ta
         argv += ["--master", master]
     if jar:
         argv += ["--jar", jar]
+    argv += list(extra_args)
     log = tmp_path / f"{scenario}.log"
     started = time.monotonic()
     returncode = run_logged(argv, log, DRIVER_TIMEOUT, f"the {scenario} driver")

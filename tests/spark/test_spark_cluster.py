@@ -15,8 +15,9 @@ import pytest
 
 import chpart_spark
 from conftest import ROOT
-from datasets import events
-from cluster_fixture import LOCAL_TABLE, TABLE, TWIN_LOCAL_TABLE, TWIN_TABLE, three_shard_cluster  # noqa: F401
+from cluster_fixture import (CLUSTER, LOCAL_TABLE, SHARDING_KEY, TABLE, TWIN_LOCAL_TABLE, TWIN_TABLE,  # noqa: F401
+                             three_shard_cluster)
+from datasets import create_table_sql, day_id, events
 from failure_jobs import eventlog
 from helpers import (assert_exactly_once, assert_winners_and_losers, check_connector_metrics, committed_winners,
                      load_status)
@@ -45,19 +46,20 @@ def assert_rows_where_clickhouse_routes_them(cluster, plan, source_rows):
     return counts
 
 
-def assert_cluster_gc_leaves_nothing(cluster, chpart, load):
+def assert_cluster_gc_leaves_nothing(cluster, chpart, load, *more_loads):
     """After `chpart gc`: on every shard no detached part in `db`, no shadow table, no file under
-    the host's staging root; `status` of the load and of every sub-load has nothing left to
+    the host's staging root; `status` of the load(s) and of every sub-load has nothing left to
     remove. Returns gc's report."""
-    subs = [cluster.sub_load(load, n.shard_num) for n in cluster.nodes]
+    loads = (load, *more_loads)
+    subs = [cluster.sub_load(name, n.shard_num) for name in loads for n in cluster.nodes]
     report = chpart_spark.gc(cluster.config, chpart=chpart)
-    assert {name for name, _ in report["removed"]} <= {load, *subs}, report
+    assert {name for name, _ in report["removed"]} <= {*loads, *subs}, report
     for node in cluster.nodes:
         n = node.shard_num
         assert cluster.detached(n) == {}, f"left in detached/ on shard {n} after gc: {cluster.detached(n)}"
         assert cluster.shadow_tables(n) == [], f"shadow tables left on shard {n} after gc"
         assert cluster.staged_files(n) == [], f"staging files left on shard {n} after gc"
-    for name in (load, *subs):
+    for name in (*loads, *subs):
         entry = load_status(cluster.config, chpart, name)
         assert entry["gc_pending"] == [], entry
     return report
@@ -235,3 +237,86 @@ def test_connector_task_retry_into_a_distributed_table(three_shard_cluster, chpa
     assert_cluster_gc_leaves_nothing(cluster, chpart_bin, load)
     assert_cluster_gc_leaves_nothing(cluster, chpart_bin, f"{load}-bad")
     assert_exactly_once(cluster.entry, TABLE, source)
+
+
+def parts_per_partition_and_shard(cluster, local_table):
+    """{(table partition, shard): active parts} over every shard's local table."""
+    database, name = local_table.split(".")
+    return {(r["partition_id"], node.shard_num): int(r["parts"]) for node in cluster.nodes for r in node.rows(
+        f"SELECT partition_id, count() AS parts FROM system.parts WHERE database = '{database}' AND table = '{name}' "
+        "AND active GROUP BY partition_id")}
+
+
+def test_write_through_the_connector_one_part_per_partition_per_shard(three_shard_cluster, chpart_bin, connector_jar,
+                                                                      tmp_path):
+    """chpart_spark.write(df, ...) without `via`, in a session with the connector's jar, into
+    `db.events` Distributed over three shards, merges stopped on every shard: it writes through
+    df.write.format("chpart") with the connector's default layout. The first build that
+    publishes a part fails after publishing; Spark retries it and the retry wins (a loser on
+    every shard, removed by gc). Every row exactly once, where ClickHouse routes it.
+
+    Parts: the layout clusters the rows by the table's partition key (toYYYYMMDD(ts)), so each
+    day is in one task, and that task's build routes the day's rows to the shards inside
+    clickhouse-local, one part per shard: exactly one part per (day, shard). The same rows with
+    layout=none (the source's 4 tasks of consecutive ids, each day spread over 2 of them) get 2."""
+    cluster = three_shard_cluster
+    plan = cluster.plan(chpart_bin)
+    none_table, none_local = TABLE + "_none", LOCAL_TABLE + "_none"
+    for node in cluster.nodes:
+        node.query(create_table_sql(none_local))
+    cluster.entry.query(f"CREATE TABLE {none_table} AS {none_local} "
+                        f"ENGINE = Distributed({CLUSTER}, db, {none_local.split('.')[1]}, {SHARDING_KEY})")
+    for node in cluster.nodes:
+        for local in (LOCAL_TABLE, none_local):
+            node.query(f"SYSTEM STOP MERGES {local}")
+    load = "write-auto-cluster-load"
+    r = run_scenario(tmp_path, "write-auto", cluster.config, chpart_bin, load, rows=40_000, table=TABLE,
+                     jar=connector_jar, extra_args=["--layout-none-table", none_table])
+
+    # The connector's path: write() says so and why, and the connector committed the load (its
+    # driver log names the commit with exactly the winners write() reports).
+    summary, log = r["summary"], (tmp_path / "write-auto.log").read_text()
+    assert summary["via"] == "connector" and summary["table"] == TABLE, summary
+    assert (f'load {load}: through the JVM connector, df.write.format("chpart"): the JVM connector '
+            "(chpart.spark.ChpartDataSource) is on this session's classpath") in log, log[-4000:]
+    winners = committed_winners(log, load)
+    assert sorted(map(tuple, summary["winners"])) == sorted(map(tuple, winners)), (summary, winners)
+    assert "clustered by partition key toYYYYMMDD(ts) as [chpart_toyyyymmdd(ts, 'UTC')]" in log, log[-4000:]
+
+    # Spark's event log: the write stage's one failed attempt is the probe's, after it published.
+    failure = r["ctrl"]["fail-after-publish.json"]
+    loser = failure["attempt"]
+    tasks = eventlog.tasks(r["event_dir"], r["application_id"])
+    [write_stage] = {t["stage"] for t in tasks if t["task_id"] == failure["task_attempt_id"]}
+    failed = [t for t in tasks if t["stage"] == write_stage and not t["success"]]
+    assert [(t["partition"], t["attempt"]) for t in failed] == [(failure["partition"], 0)], eventlog.describe(tasks)
+    assert "exited with code 3 (retryable failure)" in failed[0]["message"], failed[0]
+    assert loser not in dict(winners).values() and failure["parts"], (winners, failure)
+
+    source = source_of(r)
+    assert summary["rows"] == source.rows, summary
+    assert_exactly_once(cluster.entry, TABLE, source)
+    per_shard = assert_rows_where_clickhouse_routes_them(cluster, plan, source.rows)
+    for node in cluster.nodes:
+        sub = load_status(cluster.config, chpart_bin, cluster.sub_load(load, node.shard_num))
+        assert_winners_and_losers(sub, winners, losers=[loser])
+        assert sub["rows"] == per_shard[node.shard_num], sub
+        # The loser's parts on this shard wait in detached/ until gc, never attached.
+        names = [p["name"] for p in cluster.staged_manifest(load, node.shard_num, loser)["parts"]]
+        assert set(names) <= set(cluster.detached(node.shard_num)), (node.shard_num, names)
+
+    days = [day_id(d) for d in range(3)]
+    every = {(day, node.shard_num) for day in days for node in cluster.nodes}
+    clustered = parts_per_partition_and_shard(cluster, LOCAL_TABLE)
+    assert clustered == {key: 1 for key in every}, f"parts per (partition, shard), layout=table: {clustered}"
+    assert_exactly_once(cluster.entry, none_table, source)
+    unclustered = parts_per_partition_and_shard(cluster, none_local)
+    assert unclustered == {key: 2 for key in every}, f"parts per (partition, shard), layout=none: {unclustered}"
+    print(f"parts per (partition, shard): layout=table {sorted(clustered.items())}; "
+          f"layout=none {sorted(unclustered.items())}; rows per shard {per_shard}; write tasks "
+          f"{summary['spark_partitions']}; loser {loser} (partition {failure['partition']}, "
+          f"{len(failure['parts'])} parts)")
+
+    assert_cluster_gc_leaves_nothing(cluster, chpart_bin, load, f"{load}-layout-none")
+    assert_exactly_once(cluster.entry, TABLE, source)
+    assert_exactly_once(cluster.entry, none_table, source)

@@ -78,6 +78,12 @@ def test_replace_reload_of_existing_partitions(spark, clickhouse, chpart_config,
     first = events(spark, rows=45_000, partitions=3, days=3)
     s1 = chpart_spark.write(first, table=TABLE, load_id="history-v1", config=chpart_config, chpart=chpart_bin)
     assert s1["rows"] == 45_000 and s1["partitions"] == 3  # three days
+    # No test hook, no via: without the connector's jar in this session, "auto" runs Python tasks;
+    # insisting on the connector is refused before anything runs.
+    assert s1["via"] == "python", s1
+    with pytest.raises(ValueError, match="chpart.spark.ChpartDataSource is not loadable"):
+        chpart_spark.write(first, table=TABLE, load_id="history-v1-jar", config=chpart_config, chpart=chpart_bin,
+                           via="connector")
     reloaded_day = day_id(1)
     others = f"toYYYYMMDD(ts) != {reloaded_day}"
     before_others = table_checksum(clickhouse, TABLE, others)
@@ -89,7 +95,7 @@ def test_replace_reload_of_existing_partitions(spark, clickhouse, chpart_config,
     marker = str(tmp_path / "fail-p0.marker")
     s2 = chpart_spark.write(fix, table=TABLE, load_id="history-v2-day1", config=chpart_config, chpart=chpart_bin,
                             mode="replace", _after_build=fail_first_attempt(0, marker))
-    assert s2["mode"] == "replace" and s2["rows"] == 9_000 and s2["partitions"] == 1
+    assert s2["mode"] == "replace" and s2["rows"] == 9_000 and s2["partitions"] == 1 and s2["via"] == "python"
     # Two writes of one application never share an attempt id prefix (the per-write nonce).
     prefixes = lambda summary: {a.rsplit(".", 1)[0] for _, a in summary["winners"]}  # noqa: E731
     assert len(prefixes(s1)) == 1 and len(prefixes(s2)) == 1 and prefixes(s1) != prefixes(s2), (s1, s2)
@@ -97,7 +103,7 @@ def test_replace_reload_of_existing_partitions(spark, clickhouse, chpart_config,
 
     # Re-running the first (committed) load is a no-op that reports it.
     again = chpart_spark.write(first, table=TABLE, load_id="history-v1", config=chpart_config, chpart=chpart_bin)
-    assert again["already_committed"] is True and again["rows"] == 45_000
+    assert again["already_committed"] is True and again["rows"] == 45_000 and again["via"] is None
     first_others = chpart_spark.spark_checksum(first.where(f"NOT ({spark_day_condition(1)})"))
     app_id = spark.sparkContext.applicationId
     spark.stop()

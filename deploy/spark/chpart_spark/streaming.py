@@ -51,7 +51,8 @@ def foreach_batch(table, config, *, query_id=None, prefix=None, connector=False,
     - ``connector``: True writes through the JVM connector (`format("chpart")`, the jar on the
       classpath); ``options`` are then its options (`chpart`, `visibility`, `env.NAME`, ...).
       Otherwise ``options`` go to `chpart_spark.write` (`chpart`, `visibility`, `verify`,
-      `extra_env`, ...); its mode is always append.
+      `extra_env`, `via`, ...), which itself writes through the connector when its jar is
+      loadable (``via="auto"``); its mode is always append.
     - ``on_batch``: ``callable(batch_id, load_id, summary)`` after each batch (summary: the
       write's, None through the connector), e.g. for logging.
     """

@@ -1,8 +1,16 @@
 """`write()`: one exactly-once load of a Spark DataFrame into a ClickHouse table.
 
-Driver: `chpart begin` -> one Spark job (`df.mapInArrow(...)`, each task runs `chpart build`
-and returns its manifest) -> `collect()` (exactly one manifest per partition: the attempt
-Spark accepted first) -> the winners as JSON lines in a file -> `chpart commit`.
+Two ways to run the job, one protocol (`chpart begin`, a build per task attempt, `chpart commit`
+of exactly one manifest per Spark partition):
+
+- through the JVM connector, `df.write.format("chpart")`, when its jar is loadable in the
+  session's JVM: Spark's commit coordinator lets one attempt per partition publish, and the
+  rows are clustered and sorted by the table's keys (one part per table partition);
+- in Python: `chpart begin` -> one Spark job (`df.mapInArrow(...)`, each task runs `chpart
+  build` and returns its manifest) -> `collect()` (exactly one manifest per partition: the
+  attempt Spark accepted first) -> the winners as JSON lines in a file -> `chpart commit`.
+
+`choose_path()` decides which (argument ``via``); the summary is the same either way.
 """
 
 import json
@@ -21,6 +29,10 @@ from ._cli import ChpartError, CommitError
 MODES = ("append", "replace")
 VISIBILITIES = ("partition", "part")
 VERIFIES = ("auto", "server", "full", "sizes")
+VIAS = ("auto", "connector", "python")
+# The JVM connector's DataSource (deploy/spark/connector): loadable iff its jar is on the
+# session's classpath.
+CONNECTOR_CLASS = "chpart.spark.ChpartDataSource"
 _ID = re.compile(r"^(?!\.|-)(?!.*\.\.)[A-Za-z0-9._-]{1,128}$")
 
 # What each task returns: one row, whatever its partition held.
@@ -84,6 +96,51 @@ def attempt_prefix(spark_context, nonce):
                          f"(at most 128 of [A-Za-z0-9._-], not starting with . or -, without ..): "
                          f"application id {spark_context.applicationId!r}")
     return prefix
+
+
+def connector_loaded(spark):
+    """Whether the session's JVM can load the connector's DataSource, i.e. whether
+    `df.write.format("chpart")` resolves: its jar was on the classpath when the JVM started
+    (`spark.jars`, `spark-submit --jars`). Never raises: a session without a JVM (Spark Connect)
+    has no connector."""
+    try:
+        jvm = spark.sparkContext._jvm
+        # The loader Spark resolves data sources with (Utils.getContextOrSparkClassLoader): the
+        # thread's context loader, which holds the jars of spark.jars.
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(CONNECTOR_CLASS, False, loader)
+        return True
+    except Exception:
+        return False
+
+
+def choose_path(via, spark, *, after_build=None):
+    """("connector" | "python", why): how `write()` runs its job.
+
+    - ``via="python"``: the mapInArrow tasks.
+    - ``via="connector"``: `format("chpart")`; a ValueError if the call asks for something only
+      the Python tasks have (the test hook ``_after_build``) or the jar is not loadable.
+    - ``via="auto"``: the connector when its jar is loadable and nothing Python-only is asked
+      for; else the Python tasks.
+    """
+    _check_choice("via", via, VIAS)
+    python_only = ["_after_build (a test hook run inside the Python tasks)"] if after_build is not None else []
+    if via == "python":
+        return "python", 'asked for (via="python")'
+    if via == "connector":
+        if python_only:
+            raise ValueError(f'via="connector" cannot honour {", ".join(python_only)}: it has no connector '
+                             'counterpart (use via="python" or "auto")')
+        if not connector_loaded(spark):
+            raise ValueError(f'via="connector": {CONNECTOR_CLASS} is not loadable in this session\'s JVM: put '
+                             'chpart-spark.jar on the classpath when the session starts (spark.jars or '
+                             'spark-submit --jars; deploy/spark/build-connector.sh builds it)')
+        return "connector", 'asked for (via="connector")'
+    if python_only:
+        return "python", f"{', '.join(python_only)} has no connector counterpart"
+    if not connector_loaded(spark):
+        return "python", f"the JVM connector ({CONNECTOR_CLASS}) is not on this session's classpath"
+    return "connector", f"the JVM connector ({CONNECTOR_CLASS}) is on this session's classpath"
 
 
 def _make_task(*, chpart, config, load_id, attempt_prefix, schema, extra_env, after_build):
@@ -207,7 +264,7 @@ def _read_winners(path, load_id):
 
 
 def write(df, table, load_id, config, mode="append", visibility="partition", chpart="chpart",
-          verify="auto", extra_env=None, *, winners_path=None, _after_build=None):
+          verify="auto", extra_env=None, *, winners_path=None, via="auto", _after_build=None):
     """Loads ``df`` into the ClickHouse table ``table`` ("db.table") exactly once, as load
     ``load_id``, and returns the commit summary (a dict, see below).
 
@@ -229,21 +286,34 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
       after the job), the Spark job is skipped and the commit is resumed from it. No file is
       needed to recover, though: a load whose commit recorded its plan is resumed from the
       ledger alone (`chpart commit --load` without winners), on any driver.
+    - ``via``: how the job runs (see `choose_path`). "auto" (the default): through the JVM
+      connector, `df.write.format("chpart")` with the arguments above as its options (mode
+      replace as Spark's "overwrite"), when its jar is loadable in the session's JVM and no
+      test hook is given; else through Python tasks (`mapInArrow`). "connector" or "python"
+      insist on one. The connector lets only the attempt Spark's commit coordinator authorized
+      publish, and clusters and sorts the rows by the table's keys (one part per table
+      partition); the Python tasks keep the DataFrame's partitioning and every attempt
+      publishes (`collect()` names the winners).
     - ``_after_build``: TEST HOOK, not for production: ``callable(task_context, manifest)``
-      run inside each task after its ``chpart build`` published its parts and before the
+      run inside each Python task after its ``chpart build`` published its parts and before the
       task returns; raising from it fails that attempt after it published (tests and the
-      quickstart use it to force a losing attempt).
+      quickstart use it to force a losing attempt). Only the Python tasks have it: with it,
+      "auto" takes the Python path.
 
     The summary is `chpart commit --json`'s (load, table, mode, visibility, partitions,
     parts, rows, winners as [partition, attempt] pairs) plus ``spark_partitions``,
-    ``application_id``, ``seconds`` ({begin, job, commit, total}), ``resumed`` (commit
+    ``application_id``, ``seconds`` ({begin, job, commit, total}; through the connector, whose
+    save() runs all three, {begin: None, job: None, commit: None, write, total}), ``via``
+    ("connector" or "python": what ran the Spark job; None when none ran), ``resumed`` (commit
     resumed from an existing winners file or from the ledger's plan, without a Spark job) and
     ``already_committed`` (the load had been committed by an earlier run: nothing was done).
 
     Failures: a failed ``chpart begin`` raises ChpartError. If the Spark job (or anything
     before the commit) fails, the load is aborted (`chpart abort`) and the exception is
     re-raised; a task's failure message carries chpart's exit code and stderr tail. If the
-    commit fails, CommitError is raised with ``winners_path`` kept; the load stays open.
+    commit fails, CommitError is raised with ``winners_path`` kept; the load stays open. The
+    connector path raises the same: its driver-side chpart failures become ChpartError /
+    CommitError, a failed job stays Spark's exception (the connector has aborted the load).
     """
     _check_choice("mode", mode, MODES)
     _check_choice("visibility", visibility, VISIBILITIES)
@@ -254,10 +324,15 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
         raise ValueError(f"load_id {load_id!r} must be 1-128 of [A-Za-z0-9._-], not starting with . or -, without ..")
     config = os.path.abspath(str(config))
     chpart = _cli.resolve_binary(str(chpart))
+    spark = df.sparkSession
+    # Decided first: via="connector" with a Python-only argument, or without the jar, fails
+    # before anything runs.
+    path, why = choose_path(via, spark, after_build=_after_build)
     t0 = time.monotonic()
     seconds = {"begin": 0.0, "job": 0.0, "commit": 0.0}
     common = dict(chpart=chpart, config=config, load_id=load_id, extra_env=extra_env)
 
+    # An earlier run's state decides first, the same for both paths (neither needs a Spark job).
     if winners_path and os.path.exists(winners_path):
         lines = _read_winners(winners_path, load_id)
         log.info("load %s: resuming the commit from %s (%d winners; no Spark job)", load_id, winners_path, len(lines))
@@ -265,14 +340,12 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
                           visibility=visibility, seconds=seconds, **common)
         os.unlink(winners_path)
         seconds["total"] = time.monotonic() - t0
-        summary.update(spark_partitions=len(lines), application_id=None, seconds=seconds, resumed=True,
+        summary.update(spark_partitions=len(lines), application_id=None, seconds=seconds, via=None, resumed=True,
                        already_committed=False)
         return summary
 
     schema = arrow_schema(df.schema)  # unsupported column types fail here, before begin
-    spark = df.sparkSession
     app_id = spark.sparkContext.applicationId
-    prefix = attempt_prefix(spark.sparkContext, secrets.token_hex(6))
 
     t = time.monotonic()
     status = _load_status(**common)
@@ -280,7 +353,7 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
         # A re-run of a load that an earlier run committed does nothing and reports it.
         done = _summary_of(status)
         log.info("load %s is already committed (%s rows): nothing to do", load_id, done.get("rows"))
-        done.update(spark_partitions=None, application_id=app_id, resumed=False, already_committed=True,
+        done.update(spark_partitions=None, application_id=app_id, via=None, resumed=False, already_committed=True,
                     seconds={"begin": time.monotonic() - t, "job": 0.0, "commit": 0.0, "total": time.monotonic() - t0})
         return done
     if status is not None and status.get("state") == "open" and _planned(status):
@@ -290,9 +363,16 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
         summary = _commit(winners_path=None, partitions=None, verify=verify, visibility=visibility,
                           seconds=seconds, **common)
         seconds["total"] = time.monotonic() - t0
-        summary.update(spark_partitions=None, application_id=app_id, seconds=seconds, resumed=True,
+        summary.update(spark_partitions=None, application_id=app_id, seconds=seconds, via=None, resumed=True,
                        already_committed=False)
         return summary
+
+    if path == "connector":
+        log.info('load %s: through the JVM connector, df.write.format("chpart"): %s', load_id, why)
+        return _write_through_connector(df, table=table, mode=mode, visibility=visibility, verify=verify,
+                                        winners_path=winners_path, app_id=app_id, t0=t0, **common)
+    log.info("load %s: through Python tasks (mapInArrow): %s", load_id, why)
+    prefix = attempt_prefix(spark.sparkContext, secrets.token_hex(6))
     _cli.run_json(chpart, "begin", ["--table", table, "--load", load_id, "--mode", mode, "--visibility", visibility],
                   config, extra_env, context=f"load {load_id}")
     seconds["begin"] = time.monotonic() - t
@@ -345,9 +425,76 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     seconds["total"] = time.monotonic() - t0
     log.info("load %s committed: %s rows in %s part(s), %s partition(s), commit %.2fs",
              load_id, summary.get("rows"), summary.get("parts"), summary.get("partitions"), seconds["commit"])
-    summary.update(spark_partitions=partitions, application_id=app_id, seconds=seconds, resumed=False,
+    summary.update(spark_partitions=partitions, application_id=app_id, seconds=seconds, via="python", resumed=False,
                    already_committed=False)
     return summary
+
+
+def _write_through_connector(df, *, table, mode, visibility, verify, winners_path, app_id, t0, chpart, config,
+                             load_id, extra_env):
+    """`df.write.format("chpart")` with write()'s arguments as the connector's options; the
+    summary from `chpart status` afterwards (Spark's write API returns nothing).
+
+    The connector runs the same protocol on the JVM (ChpartBatchWrite: `chpart status`, `begin`,
+    a build per task attempt that its commit coordinator authorized, `commit` of exactly Spark's
+    commit messages, `abort` if the job fails), with its default layout (option `layout=table`)."""
+    # replace = Spark's overwrite, which the connector maps to chpart's replace mode of the
+    # partitions written (its option overwrite=partitions, the default).
+    writer = (df.write.format("chpart").mode("overwrite" if mode == "replace" else "append")
+              .option("table", table).option("config", config).option("load", load_id).option("chpart", chpart)
+              .option("visibility", visibility).option("verify", verify))
+    if winners_path:
+        writer = writer.option("winners_path", os.path.abspath(winners_path))
+    for name, value in (extra_env or {}).items():
+        writer = writer.option(f"env.{name}", str(value))
+    t = time.monotonic()
+    try:
+        writer.save()
+    except Exception as failure:
+        error = _chpart_error_of(failure, load_id)
+        if error is None:
+            raise
+        raise error from failure
+    write_secs = time.monotonic() - t
+    status = _load_status(chpart=chpart, config=config, load_id=load_id, extra_env=extra_env)
+    if status is None or status.get("state") != "committed":
+        raise RuntimeError(f'load {load_id}: df.write.format("chpart") returned but chpart status says the load is '
+                           f"{None if status is None else status.get('state')!r}, not committed")
+    summary = _summary_of(status)
+    log.info("load %s committed through the connector: %s rows in %s part(s), %s partition(s), write %.1fs",
+             load_id, summary.get("rows"), summary.get("parts"), summary.get("partitions"), write_secs)
+    summary.update(spark_partitions=len(summary.get("winners") or []), application_id=app_id,
+                   seconds={"begin": None, "job": None, "commit": None, "write": write_secs,
+                            "total": time.monotonic() - t0},
+                   via="connector", resumed=False, already_committed=False)
+    return summary
+
+
+def _chpart_error_of(failure, load_id):
+    """The connector's driver-side chpart failure (begin, status, commit: a
+    chpart.spark.ChpartException in the Java cause chain) as ChpartError / CommitError, with the
+    same fields; None for anything else (a failed job stays Spark's exception, as on the Python
+    path, its message carrying chpart's)."""
+    throwable = getattr(failure, "_origin", None) or getattr(failure, "java_exception", None)
+    for _ in range(32):  # a cause chain is short; this bounds a cyclic one
+        if throwable is None:
+            return None
+        try:
+            name = throwable.getClass().getName()
+        except Exception:
+            return None
+        if name.startswith("chpart.spark.ChpartException"):
+            break
+        throwable = throwable.getCause()
+    else:
+        return None
+    command = throwable.command()
+    if command == "build":
+        return None
+    fields = (command, throwable.exitCode(), throwable.stderrTail(), list(throwable.argv()), f"load {load_id}")
+    if name.endswith("$CommitException"):
+        return CommitError(*fields, winners_path=throwable.winnersPath(), resume_hint=throwable.resumeHint())
+    return ChpartError(*fields)
 
 
 def _commit(*, chpart, config, load_id, extra_env, winners_path, partitions, verify, visibility, seconds,

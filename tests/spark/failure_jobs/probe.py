@@ -20,7 +20,9 @@ zombie's claim file `claim` (JSON with `task_attempt_id`) and waits until the bu
 task attempt has ended. A timeout makes the commit fail with exit 2 (loudly).
 
 `TESTPROBE_FAIL_AFTER_PUBLISH` (JSON ``{"partition": P, "marker": path}``) makes the first
-build of Spark partition P that publishes fail *after* it published: the real build exits 0,
+build of Spark partition P that publishes (P null: the first build of any partition that
+publishes at least one part, for a write whose layout decides which tasks get rows) fail
+*after* it published: the real build exits 0,
 then the probe claims `marker` (O_EXCL, so once per marker whatever Spark retries), writes the
 attempt, task attempt id and published parts into it, prints the injected failure on stderr and
 exits 3 (retryable) without passing the manifest on. For runners whose task cannot fail after
@@ -155,17 +157,20 @@ def _before_commit(calls_dir, action):
     return _wait_for(ended, timeout, f"the build of task attempt {tid} to end")
 
 
-def _fail_after_publish(marker, base, out):
-    """Claims `marker` for this build (True for the first build to get here) and records it."""
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return False
+def _fail_after_publish(fail, base, out):
+    """Claims the marker for this build (True for the first build to get here that qualifies:
+    with no partition named, one that published a part) and records it."""
     lines = [line for line in out.decode().splitlines() if line.strip()]
     manifest = json.loads(lines[-1])
     # An attempt manifest, or a Distributed table's cluster manifest (every shard's).
     shards = [s["manifest"] for s in manifest["shards"]] if "shards" in manifest else [manifest]
     parts = [p["name"] for m in shards for p in m["parts"]]
+    if fail["partition"] is None and not parts:
+        return False
+    try:
+        fd = os.open(fail["marker"], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
     with os.fdopen(fd, "w") as f:
         json.dump({"attempt": base["attempt"], "partition": int(base["partition"]),
                    "task_attempt_id": int(base["attempt"].rsplit(".", 1)[1]),
@@ -201,14 +206,14 @@ def main(argv):
     fail = None
     if command == "build" and os.environ.get(ENV_FAIL_AFTER_PUBLISH):
         fail = json.loads(os.environ[ENV_FAIL_AFTER_PUBLISH])
-        if str(fail["partition"]) != base["partition"]:
+        if fail["partition"] is not None and str(fail["partition"]) != base["partition"]:
             fail = None
     proc = subprocess.Popen([real] + list(argv), env=env, stdout=subprocess.PIPE if fail else None)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, _f: proc.send_signal(s))
     out = proc.communicate()[0] if fail else None
     rc = proc.wait()
-    if fail and rc == 0 and _fail_after_publish(fail["marker"], base, out):
+    if fail and rc == 0 and _fail_after_publish(fail, base, out):
         _record(calls_dir, {**base, "event": "end", "time": time.time(), "rc": 3, "injected": True})
         return 3
     if out is not None:

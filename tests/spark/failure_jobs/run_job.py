@@ -21,10 +21,18 @@ option, its environment goes in `env.*` options):
   connector-resume  a commit killed twice, resumed from the winners file, then from the ledger
   connector-zombie  stage retry after FetchFailed with zombies racing the retries for Spark's
                     commit coordinator (faults.connector_zombie_stragglers)
+  write-auto        chpart_spark.write as callers write it (no `via`) with the jar loaded: it
+                    takes the connector, with its default layout; the first build that publishes
+                    a part fails after publishing. --layout-none-table T: the same rows again
+                    through format("chpart") with layout=none into T
+
+The scenarios above the connector's place their faults on chpart_spark.write's Python tasks
+(hooks, mapInArrow stages): they pass via="python", so a jar on the classpath cannot move them.
 """
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -114,7 +122,7 @@ def scenario_zombie(args, spark, df, ctrl, result):
     env[probe.ENV_BEFORE_COMMIT] = json.dumps(
         {"release": os.path.join(ctrl, "release-0"), "claim": os.path.join(ctrl, "zombie-0.json"), "timeout": WAIT})
     result["summary"] = chpart_spark.write(staged, table=args.table, load_id=args.load, config=args.config,
-                                           chpart=args.probe, extra_env=env)
+                                           chpart=args.probe, extra_env=env, via="python")
     mark(result, "write")
     # The load is committed; now the second zombie's build goes on.
     zombie1 = read_json(os.path.join(ctrl, "zombie-1.json"))
@@ -195,7 +203,7 @@ def scenario_executor_loss(args, spark, df, ctrl, result):
     thread.start()
     try:
         result["summary"] = chpart_spark.write(df, table=args.table, load_id=args.load, config=args.config,
-                                               chpart=args.probe, extra_env=args.probe_env,
+                                               chpart=args.probe, extra_env=args.probe_env, via="python",
                                                _after_build=faults.wait_for_executor_loss(1, ctrl, WAIT))
         mark(result, "write")
     finally:
@@ -210,7 +218,7 @@ def scenario_speculation(args, spark, df, ctrl, result):
     (faults.straggle_until_speculated); Spark's speculation starts a copy on the other host,
     the copy wins, and Spark kills the straggler."""
     result["summary"] = chpart_spark.write(df, table=args.table, load_id=args.load, config=args.config,
-                                           chpart=args.probe, extra_env=args.probe_env,
+                                           chpart=args.probe, extra_env=args.probe_env, via="python",
                                            _after_build=faults.straggle_until_speculated(0, ctrl, WAIT))
     mark(result, "write")
     # The killed straggler's end must be in the event log: wait until Spark's status store has
@@ -273,7 +281,8 @@ def connector_summary(args):
 
 
 def fail_after_publish_env(args, ctrl, partition=1):
-    """The probe's environment, plus: the first build of `partition` fails after publishing."""
+    """The probe's environment, plus: the first build of `partition` fails after publishing
+    (None: the first build of any partition that publishes a part)."""
     env = dict(args.probe_env)
     env[probe.ENV_FAIL_AFTER_PUBLISH] = json.dumps({"partition": partition,
                                                    "marker": os.path.join(ctrl, "fail-after-publish.json")})
@@ -394,6 +403,29 @@ def scenario_connector_zombie(args, spark, df, ctrl, result):
     wait_for(lambda: running_tasks(spark) == 0, WAIT, "every task to end")
 
 
+def scenario_write_auto(args, spark, df, ctrl, result):
+    """chpart_spark.write(df, ...) as a caller writes it (no `via`) in a session whose classpath
+    has the connector's jar: it must write through df.write.format("chpart") (its log line says
+    so and why), with the connector's default layout: the rows clustered by the table's
+    partition key (PARTITION BY toYYYYMMDD(ts): by chpart_toyyyymmdd(ts)) into the write's 4
+    tasks, so which task gets rows is the layout's choice; the first build that publishes a
+    part fails after publishing (the probe: a connector task cannot fail after its build on its
+    own), Spark retries it and the retry wins.
+
+    --layout-none-table T: then the same rows through format("chpart") with layout=none into T
+    (load `<load>-layout-none`): each of the 4 input tasks builds for the days it holds."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("chpart_spark: %(message)s"))
+    logging.getLogger("chpart_spark").addHandler(handler)
+    logging.getLogger("chpart_spark").setLevel(logging.INFO)
+    result["summary"] = chpart_spark.write(df, table=args.table, load_id=args.load, config=args.config,
+                                           chpart=args.probe, extra_env=fail_after_publish_env(args, ctrl, None))
+    mark(result, "write")
+    if args.layout_none_table:
+        connector_write(df, args, args.probe_env, load=f"{args.load}-layout-none", table=args.layout_none_table)
+        mark(result, "layout=none write")
+
+
 # Per scenario: (default master, executors to wait for, session settings, the scenario).
 SCENARIOS = {
     "zombie": ("local[3,4]", 0, {"spark.python.task.killTimeout": "600s"}, scenario_zombie),
@@ -417,6 +449,10 @@ SCENARIOS = {
     "connector-sql": ("local[2,4]", 0, {}, scenario_connector_sql),
     "connector-resume": ("local[2,4]", 0, {}, scenario_connector_resume),
     "connector-zombie": ("local[4,4]", 0, {}, scenario_connector_zombie),
+    # Adaptive execution would coalesce the layout's small shuffle into fewer tasks: kept at
+    # spark.sql.shuffle.partitions (4), so the rows really are spread over several write tasks.
+    "write-auto": ("local[2,4]", 0, {"spark.sql.adaptive.coalescePartitions.enabled": "false"},
+                   scenario_write_auto),
 }
 
 
@@ -463,6 +499,7 @@ def main():
     p.add_argument("--rows", type=int, required=True)
     p.add_argument("--master")
     p.add_argument("--jar", help="the JVM connector's jar (deploy/spark/build-connector.sh)")
+    p.add_argument("--layout-none-table", help="write-auto: also write the rows with layout=none into this table")
     args = p.parse_args()
     args.work = os.path.abspath(args.work)
     args.event_dir = os.path.join(args.work, "spark-events")
