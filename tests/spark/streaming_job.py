@@ -15,6 +15,10 @@ Faults (each once per test, claimed by an O_EXCL marker in <work>, so a restart 
                          recording probe (failure_jobs/probe.py, calls in <work>/calls), which
                          also places both kills (TESTPROBE_KILL_AFTER): after `chpart commit`
                          of batch B's load exited 0, after a `chpart build` of it exited 0
+  --refusals             with --jar, instead: what writeStream.format("chpart") refuses (output
+                         modes complete and update, continuous processing with and without the
+                         layout), each error's text into <work>/refusals.json, then the stream
+                         through toTable("chpart.<table>") of a registered ChpartCatalog
 """
 
 import argparse
@@ -50,9 +54,10 @@ def main():
     p.add_argument("--kill-in-build", type=int)
     p.add_argument("--jar", help="write through the JVM connector (foreach_batch(connector=True))")
     p.add_argument("--dsv2", action="store_true", help="with --jar: the connector's streaming sink")
+    p.add_argument("--refusals", action="store_true", help="with --jar: the sink's refusals, then toTable")
     args = p.parse_args()
-    if args.dsv2 and not args.jar:
-        raise SystemExit("--dsv2 needs --jar")
+    if (args.dsv2 or args.refusals) and not args.jar:
+        raise SystemExit("--dsv2 and --refusals need --jar")
     # The process group to kill, also from inside a task (Python workers inherit the variable).
     os.environ["STREAM_TEST_PGID"] = str(os.getpgrp())
     events_dir = os.path.join(args.work, "spark-events")
@@ -80,6 +85,10 @@ def main():
             os.killpg(os.getpgrp(), signal.SIGKILL)
 
     stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(args.input)
+    if args.refusals:
+        refusals(spark, stream, args)
+        spark.stop()
+        return
     if args.dsv2:
         writer = dsv2_writer(stream, args)
     elif args.jar:
@@ -115,6 +124,43 @@ def dsv2_writer(stream, args):
     for key, value in env.items():
         writer = writer.option(f"env.{key}", value)
     return writer
+
+
+def refusals(spark, stream, args):
+    """Each refused query's error (None if it ran), then the stream through toTable."""
+
+    def sink(df, name, **options):
+        w = (df.writeStream.format("chpart").option("table", args.table).option("config", args.config)
+             .option("chpart", args.chpart).option("checkpointLocation", os.path.join(args.work, f"checkpoint-{name}")))
+        for key, value in options.items():
+            w = w.option(key, value)
+        return w
+
+    def error(start):
+        try:
+            start().awaitTermination(120)
+            return None
+        except Exception as e:  # the query's failure, with the sink's or Spark's message
+            return str(e)
+
+    rate = spark.readStream.format("rate").option("rowsPerSecond", 10).load().selectExpr(
+        "value AS id", "timestamp AS ts", "'u' AS user", "'view' AS kind", "0.5D AS amount", "true AS flag")
+    result = {
+        "complete": error(lambda: sink(stream.groupBy("kind").count(), "complete").outputMode("complete")
+                          .trigger(availableNow=True).start()),
+        "update": error(lambda: sink(stream, "update").outputMode("update").trigger(availableNow=True).start()),
+        "continuous": error(lambda: sink(rate, "continuous", layout="none").trigger(continuous="1 second").start()),
+        "continuous_layout": error(lambda: sink(rate, "continuous-layout").trigger(continuous="1 second").start()),
+    }
+    spark.conf.set("spark.sql.catalog.chpart", "chpart.spark.ChpartCatalog")
+    spark.conf.set("spark.sql.catalog.chpart.config", args.config)
+    spark.conf.set("spark.sql.catalog.chpart.chpart", args.chpart)
+    query = (stream.writeStream.option("checkpointLocation", os.path.join(args.work, "checkpoint"))
+             .trigger(availableNow=True).toTable(f"chpart.{args.table}"))
+    query.awaitTermination()
+    result["to_table_query_id"] = str(query.id)
+    with open(os.path.join(args.work, "refusals.json"), "w") as f:
+        json.dump(result, f)
 
 
 if __name__ == "__main__":

@@ -157,3 +157,35 @@ def test_streaming_sink_killed_after_commit_and_in_build_loads_every_row_once(cl
     for load in loads:
         assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
     assert_exactly_once(clickhouse, TABLE, source)
+
+
+def test_streaming_sink_refuses_what_it_cannot_load_once_and_writes_through_to_table(clickhouse, chpart_config,
+                                                                                    chpart_bin, connector_jar,
+                                                                                    tmp_path):
+    """One driver (streaming_job.py --refusals): output mode complete (refused by the sink: it
+    would replace the whole table), update (refused by Spark: the sink takes no updates as
+    appends) and continuous processing (refused by the sink's writer factory; with the default
+    layout by Spark, which has no shuffle in continuous mode) each fail naming the reason, and
+    none of them begins a load. Then the stream through `toTable("chpart.db.events")` of a
+    registered ChpartCatalog loads every file once, each batch the load `<query id>.<batch id>`."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    source = write_events_parquet(tmp_path / "input", ROWS, files=SINK_FILES)
+    work = tmp_path / "stream"
+    work.mkdir()
+    argv = [sys.executable, os.path.join(HERE, "streaming_job.py"), "--input", str(tmp_path / "input"), "--work",
+            str(work), "--config", chpart_config, "--chpart", chpart_bin, "--table", TABLE, "--jar", connector_jar,
+            "--refusals"]
+    code = run_logged(argv, tmp_path / "refusals.log", TIMEOUT, "the refusals driver")
+    assert code == 0, (tmp_path / "refusals.log").read_text()[-6000:]
+    result = json.loads((work / "refusals.json").read_text())
+    assert "output mode complete is not supported" in result["complete"], result["complete"]
+    assert "does not support Update mode" in result["update"], result["update"]
+    assert "continuous processing (trigger(continuous=...)) is not supported" in result["continuous"], result
+    assert "cannot request distribution and ordering in continuous execution" in result["continuous_layout"], result
+
+    query_id = result["to_table_query_id"]
+    loads = {e["load"]: e for e in chpart_spark.status(chpart_config, chpart=chpart_bin)}
+    assert sorted(loads) == sorted(f"{query_id}.{b}" for b in range(SINK_FILES)), sorted(loads)
+    assert all(e["state"] == "committed" for e in loads.values()), loads
+    assert_exactly_once(clickhouse, TABLE, source)
