@@ -20,6 +20,19 @@ ROWS = 12_000
 TIMEOUT = 300
 
 
+def stream_job(clickhouse, config, chpart, tmp_path, files, *flags):
+    """The table, `files` Parquet files of the source rows and the work directory; returns
+    (the source's checksum, the work directory, streaming_job.py's argv with `flags`)."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    source = write_events_parquet(tmp_path / "input", ROWS, files=files)
+    work = tmp_path / "stream"
+    work.mkdir()
+    argv = [sys.executable, os.path.join(HERE, "streaming_job.py"), "--input", str(tmp_path / "input"), "--work",
+            str(work), "--config", config, "--chpart", chpart, "--table", TABLE, *flags]
+    return source, work, argv
+
+
 def test_streaming_query_killed_and_restarted_mid_batch_loads_every_row_once(clickhouse, chpart_config, chpart_bin,
                                                                              tmp_path):
     """Six Parquet files, one micro-batch each (maxFilesPerTrigger 1, availableNow), sink
@@ -28,14 +41,8 @@ def test_streaming_query_killed_and_restarted_mid_batch_loads_every_row_once(cli
     committed: nothing done) and is SIGKILLed inside batch 3's task after its build published;
     run 3 replays batch 3 (the load is open: new attempts build and win) and finishes. The
     table holds every source row once; every batch is one committed load of the query's id."""
-    clickhouse.query("CREATE DATABASE db")
-    clickhouse.query(create_table_sql(TABLE))
-    source = write_events_parquet(tmp_path / "input", ROWS, files=FILES)
-    work = tmp_path / "stream"
-    work.mkdir()
-    argv = [sys.executable, os.path.join(HERE, "streaming_job.py"), "--input", str(tmp_path / "input"), "--work",
-            str(work), "--config", chpart_config, "--chpart", chpart_bin, "--table", TABLE,
-            "--kill-after-commit", "1", "--kill-in-build", "3"]
+    source, work, argv = stream_job(clickhouse, chpart_config, chpart_bin, tmp_path, FILES,
+                                    "--kill-after-commit", "1", "--kill-in-build", "3")
     codes = []
     for run in range(3):
         codes.append(run_logged(argv, tmp_path / f"stream-run-{run}.log", TIMEOUT, f"streaming run {run}"))
@@ -74,14 +81,8 @@ def test_streaming_through_the_connector_replays_a_committed_batch_as_a_no_op(cl
     `<query id>.<batch id>`): run 1 is SIGKILLed right after batch 1's load committed, before
     Spark recorded the batch; run 2 replays batch 1, which the connector finds committed and
     builds nothing for, then loads the rest. Every row once, one committed load per batch."""
-    clickhouse.query("CREATE DATABASE db")
-    clickhouse.query(create_table_sql(TABLE))
-    source = write_events_parquet(tmp_path / "input", ROWS, files=FILES)
-    work = tmp_path / "stream"
-    work.mkdir()
-    argv = [sys.executable, os.path.join(HERE, "streaming_job.py"), "--input", str(tmp_path / "input"), "--work",
-            str(work), "--config", chpart_config, "--chpart", chpart_bin, "--table", TABLE,
-            "--kill-after-commit", "1", "--jar", connector_jar]
+    source, work, argv = stream_job(clickhouse, chpart_config, chpart_bin, tmp_path, FILES,
+                                    "--kill-after-commit", "1", "--jar", connector_jar)
     codes = [run_logged(argv, tmp_path / f"stream-run-{run}.log", TIMEOUT, f"streaming run {run}") for run in range(2)]
     logs = "\n".join((tmp_path / f"stream-run-{run}.log").read_text()[-3000:] for run in range(2))
     assert codes == [-9, 0], (codes, logs)
@@ -112,14 +113,8 @@ def test_streaming_sink_killed_after_commit_and_in_build_loads_every_row_once(cl
     and is SIGKILLed from inside batch 2's task after its build published; run 3 replays batch
     2 (open: begun and built again, the new attempts win) and finishes. Three files (batches)
     rather than six keep the test short: five batch runs in all."""
-    clickhouse.query("CREATE DATABASE db")
-    clickhouse.query(create_table_sql(TABLE))
-    source = write_events_parquet(tmp_path / "input", ROWS, files=SINK_FILES)
-    work = tmp_path / "stream"
-    work.mkdir()
-    argv = [sys.executable, os.path.join(HERE, "streaming_job.py"), "--input", str(tmp_path / "input"), "--work",
-            str(work), "--config", chpart_config, "--chpart", chpart_bin, "--table", TABLE, "--jar", connector_jar,
-            "--dsv2", "--kill-after-commit", "1", "--kill-in-build", "2"]
+    source, work, argv = stream_job(clickhouse, chpart_config, chpart_bin, tmp_path, SINK_FILES, "--jar", connector_jar,
+                                    "--dsv2", "--kill-after-commit", "1", "--kill-in-build", "2")
     codes = [run_logged(argv, tmp_path / f"sink-run-{run}.log", TIMEOUT, f"streaming run {run}") for run in range(3)]
     logs = "\n".join((tmp_path / f"sink-run-{run}.log").read_text()[-3000:] for run in range(3))
     assert codes == [-9, -9, 0], (codes, logs)
@@ -168,14 +163,8 @@ def test_streaming_sink_refuses_what_it_cannot_load_once_and_writes_through_to_t
     layout by Spark, which has no shuffle in continuous mode) each fail naming the reason, and
     none of them begins a load. Then the stream through `toTable("chpart.db.events")` of a
     registered ChpartCatalog loads every file once, each batch the load `<query id>.<batch id>`."""
-    clickhouse.query("CREATE DATABASE db")
-    clickhouse.query(create_table_sql(TABLE))
-    source = write_events_parquet(tmp_path / "input", ROWS, files=SINK_FILES)
-    work = tmp_path / "stream"
-    work.mkdir()
-    argv = [sys.executable, os.path.join(HERE, "streaming_job.py"), "--input", str(tmp_path / "input"), "--work",
-            str(work), "--config", chpart_config, "--chpart", chpart_bin, "--table", TABLE, "--jar", connector_jar,
-            "--refusals"]
+    source, work, argv = stream_job(clickhouse, chpart_config, chpart_bin, tmp_path, SINK_FILES, "--jar", connector_jar,
+                                    "--refusals")
     code = run_logged(argv, tmp_path / "refusals.log", TIMEOUT, "the refusals driver")
     assert code == 0, (tmp_path / "refusals.log").read_text()[-6000:]
     result = json.loads((work / "refusals.json").read_text())
