@@ -28,6 +28,12 @@ attempt, task attempt id and published parts into it, prints the injected failur
 exits 3 (retryable) without passing the manifest on. For runners whose task cannot fail after
 its build on its own (the JVM connector: the build runs inside the DataWriter's commit), this is
 "an attempt that fails after publishing".
+
+`TESTPROBE_KILL_AFTER` (JSON list of ``{"command": C, "load_suffix": S, "marker": path, "pgid": G}``)
+SIGKILLs the process group G right after a run of `chpart C` whose load ends with S exited 0,
+once per marker (O_EXCL): e.g. the driver of a streaming query right after a batch's `commit`
+(before Spark records the batch), or from inside a task right after its `build` published. The
+probe's own output is not passed on (the group dies with it).
 """
 
 import ctypes
@@ -44,6 +50,7 @@ ENV_DIR = "TESTPROBE_DIR"
 ENV_BEFORE_COMMIT = "TESTPROBE_BEFORE_COMMIT"
 ENV_ATTEMPT = "TESTPROBE_ATTEMPT"
 ENV_FAIL_AFTER_PUBLISH = "TESTPROBE_FAIL_AFTER_PUBLISH"
+ENV_KILL_AFTER = "TESTPROBE_KILL_AFTER"
 PR_SET_PDEATHSIG = 1
 
 
@@ -180,6 +187,22 @@ def _fail_after_publish(fail, base, out):
     return True
 
 
+def _kill_after(base, calls_dir):
+    """The first TESTPROBE_KILL_AFTER entry this successful run matches and claims: its process
+    group is SIGKILLed (this probe with it)."""
+    for action in json.loads(os.environ.get(ENV_KILL_AFTER) or "[]"):
+        if action["command"] != base["command"] or not (base["load"] or "").endswith(action["load_suffix"]):
+            continue
+        try:
+            os.close(os.open(action["marker"], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        _record(calls_dir, {**base, "event": "kill", "time": time.time(), "rc": 0, "pgid": action["pgid"]})
+        print(f"chpart-probe: {base['command']} of load {base['load']} exited 0; SIGKILL to process group "
+              f"{action['pgid']} (TESTPROBE_KILL_AFTER)", file=sys.stderr, flush=True)
+        os.killpg(int(action["pgid"]), signal.SIGKILL)
+
+
 def main(argv):
     if "--die-with-parent" in argv:
         parent = os.getppid()
@@ -213,6 +236,8 @@ def main(argv):
         signal.signal(sig, lambda s, _f: proc.send_signal(s))
     out = proc.communicate()[0] if fail else None
     rc = proc.wait()
+    if rc == 0:
+        _kill_after(base, calls_dir)
     if fail and rc == 0 and _fail_after_publish(fail, base, out):
         _record(calls_dir, {**base, "event": "end", "time": time.time(), "rc": 3, "injected": True})
         return 3

@@ -40,6 +40,9 @@ import org.slf4j.LoggerFactory;
  * A failed commit is not aborted (Spark calls abort() after a failed commit(): it is ignored
  * then): the commit may have made rows visible and it is resumable, from the kept winners file or,
  * once its plan is recorded, from the ledger alone.
+ *
+ * <p>A streaming write runs one of these per micro-batch, with the load {@code <query id>.<batch
+ * id>} ({@link ChpartStreamingWrite}): a replayed batch is then decided by the same plan.
  */
 final class ChpartBatchWrite implements BatchWrite {
   private static final Logger LOG = LoggerFactory.getLogger(ChpartBatchWrite.class);
@@ -63,6 +66,8 @@ final class ChpartBatchWrite implements BatchWrite {
   private final String queryId;
   private final String saveMode;
   private final Chpart cli;
+  /** The load id the caller chose (option load, or a streaming epoch's), or null: one per write. */
+  private final String givenLoad;
 
   private String load;
   private Plan plan;
@@ -70,8 +75,14 @@ final class ChpartBatchWrite implements BatchWrite {
   private boolean commitStarted;
   private final DriverMetrics metrics;
 
-  ChpartBatchWrite(ChpartOptions options, StructType schema, String queryId, String saveMode, DriverMetrics metrics) {
+  /**
+   * @param load the load id, or null for a new one per write ({@code <applicationId>.<application
+   *     attempt>.<nonce>})
+   */
+  ChpartBatchWrite(ChpartOptions options, StructType schema, String queryId, String saveMode, String load,
+      DriverMetrics metrics) {
     this.options = options;
+    this.givenLoad = load;
     this.schema = schema;
     this.queryId = queryId;
     this.saveMode = saveMode;
@@ -91,7 +102,7 @@ final class ChpartBatchWrite implements BatchWrite {
     partitions = info.numPartitions();
     SparkContext sc = SparkContext.getOrCreate();
     String prefix = attemptPrefix(sc, nonce(queryId));
-    load = options.load != null ? options.load : prefix;
+    load = givenLoad != null ? givenLoad : prefix;
     String context = "load " + load;
     if (options.winnersPath != null && Files.exists(Path.of(options.winnersPath))) {
       List<String> lines = readWinners(Path.of(options.winnersPath), load);
@@ -276,8 +287,9 @@ final class ChpartBatchWrite implements BatchWrite {
   }
 
   /**
-   * 12 hex digits of the write's query id (a random UUID Spark draws for every write), so chpart's
-   * attempt ids name the Spark query; random ones if the id is not a UUID.
+   * 12 hex digits of the write's query id (a random UUID Spark draws for every batch write; a
+   * streaming query's own id, the same for all its micro-batches, whose taskAttemptIds differ), so
+   * chpart's attempt ids name the Spark query; random ones if the id is not a UUID.
    */
   static String nonce(String queryId) {
     String hex = queryId == null ? "" : queryId.replace("-", "").toLowerCase(Locale.ROOT);

@@ -54,6 +54,12 @@ final class ChpartOptions implements Serializable {
    */
   static final Set<String> SPARK_TABLE_KEYS =
       Set.of("provider", "owner", "location", "comment", "external", "path", "is_managed_location");
+  /**
+   * Options of Spark's DataStreamWriter itself ({@code option("checkpointLocation", ...)},
+   * {@code queryName(...)}), which it passes to a streaming sink with the user's, both as the
+   * table's properties and as the write's options; they are not chpart options.
+   */
+  static final Set<String> STREAM_WRITER_KEYS = Set.of("checkpointlocation", "queryname");
 
   final String table;
   final String config;
@@ -149,6 +155,7 @@ final class ChpartOptions implements Serializable {
     table.keySet().removeIf(k -> SPARK_TABLE_KEYS.contains(k.toLowerCase(Locale.ROOT)));
     putAll(merged, table);
     putAll(merged, writeOptions);
+    merged.keySet().removeIf(k -> STREAM_WRITER_KEYS.contains(k.toLowerCase(Locale.ROOT)));
     return new ChpartOptions(merged);
   }
 

@@ -70,12 +70,12 @@ final class ChpartTable implements SupportsWrite {
   @Override
   public Set<TableCapability> capabilities() {
     // TRUNCATE and OVERWRITE_*: Spark's overwrite paths, which map to chpart's replace mode
-    // (ChpartWriteBuilder).
+    // (ChpartWriteBuilder). STREAMING_WRITE: micro-batches in append mode (ChpartStreamingWrite).
     if (fromCatalog) {
-      return Set.of(TableCapability.BATCH_WRITE, TableCapability.TRUNCATE, TableCapability.OVERWRITE_BY_FILTER,
-          TableCapability.OVERWRITE_DYNAMIC, TableCapability.ACCEPT_ANY_SCHEMA);
+      return Set.of(TableCapability.BATCH_WRITE, TableCapability.STREAMING_WRITE, TableCapability.TRUNCATE,
+          TableCapability.OVERWRITE_BY_FILTER, TableCapability.OVERWRITE_DYNAMIC, TableCapability.ACCEPT_ANY_SCHEMA);
     }
-    return Set.of(TableCapability.BATCH_WRITE, TableCapability.TRUNCATE,
+    return Set.of(TableCapability.BATCH_WRITE, TableCapability.STREAMING_WRITE, TableCapability.TRUNCATE,
         TableCapability.OVERWRITE_BY_FILTER, TableCapability.OVERWRITE_DYNAMIC);
   }
 

@@ -7,9 +7,13 @@ import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.write.BatchWrite;
 import org.apache.spark.sql.connector.write.RequiresDistributionAndOrdering;
 import org.apache.spark.sql.connector.write.Write;
+import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
 import org.apache.spark.sql.types.StructType;
 
-/** One logical write: an exactly-once chpart load of the query's rows into the table. */
+/**
+ * One logical write: an exactly-once chpart load of the query's rows into the table; for a
+ * streaming query, one such load per micro-batch.
+ */
 final class ChpartWrite implements Write, RequiresDistributionAndOrdering {
   private final ChpartOptions options;
   private final StructType schema;
@@ -44,7 +48,28 @@ final class ChpartWrite implements Write, RequiresDistributionAndOrdering {
 
   @Override
   public BatchWrite toBatch() {
-    return new ChpartBatchWrite(options, schema, queryId, mode, metrics);
+    return new ChpartBatchWrite(options, schema, queryId, mode, options.load, metrics);
+  }
+
+  /**
+   * {@code df.writeStream.format("chpart")}: one load per micro-batch (ChpartStreamingWrite), in
+   * output mode append only. Spark turns mode complete into truncate() (here chpart's replace
+   * mode, which replaces the partitions the rows fall into, not the whole result table), and
+   * refuses mode update itself (the builder is no SupportsStreamingUpdateAsAppend). The load id
+   * is the epoch's, so options load and winners_path, which name one load, are refused.
+   */
+  @Override
+  public StreamingWrite toStreaming() {
+    if (!mode.equals("append")) {
+      throw new UnsupportedOperationException("chpart streaming sink: output mode complete is not supported: it"
+          + " would have to replace the whole table with each batch's result, which chpart does not do atomically"
+          + " (see option overwrite=table); use outputMode(\"append\")");
+    }
+    if (options.load != null || options.winnersPath != null) {
+      throw new IllegalArgumentException("chpart streaming sink: options load and winners_path are for one batch"
+          + " write; a streaming write loads each micro-batch as <query id>.<batch id>");
+    }
+    return new ChpartStreamingWrite(options, schema, queryId, metrics);
   }
 
   @Override
