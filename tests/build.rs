@@ -295,6 +295,91 @@ fn arrow_stream_on_stdin_over_sftp_into_the_target() {
     );
 }
 
+/// An Arrow stream on stdin is spooled in bounded chunks (here `spool_chunk_mib = 1`, about
+/// 9 MiB of rows): each chunk is built by its own clickhouse-local session while the next is
+/// written, so the work dir never holds more than two chunks, and the parts hold every row
+/// once. Each chunk is one INSERT, so this small bound gives a part per partition per chunk.
+#[test]
+fn an_arrow_stream_is_built_in_bounded_chunks() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_chunks");
+    assert_eq!(
+        exit_code(&s.begin("bc-1", &["--visibility", "part"])),
+        Some(0)
+    );
+    let select = format!(
+        "SELECT toDateTime64(ts, 3, 'UTC') AS ts, id, name, score FROM ({}) SETTINGS max_block_size = 7000",
+        rows_select(0, 300_000)
+    );
+    let stream = write_rows(s.dir.path(), "rows.arrows", &select, "ArrowStream");
+    let work = s.dir.path().join("chunked-work");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut child = s
+        .build_cmd("bc-1", "app-9.1", 0)
+        .args(["--input", "-"])
+        .env("CHPART_CLICKHOUSE_LOCAL_SPOOL_CHUNK_MIB", "1")
+        .env("CHPART_CLICKHOUSE_LOCAL_WORK_DIR", &work)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Chunk files in the work dir, watched while the build runs: the most at one time, and
+    // every name seen.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let (work, watching) = (work.clone(), watching.clone());
+        std::thread::spawn(move || {
+            let (mut most, mut seen) = (0, std::collections::BTreeSet::new());
+            while watching.load(std::sync::atomic::Ordering::SeqCst) {
+                let chunks: Vec<String> = walkdir::WalkDir::new(&work)
+                    .into_iter()
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("input-") && n.ends_with(".arrows"))
+                    .collect();
+                most = most.max(chunks.len());
+                seen.extend(chunks);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            (most, seen)
+        })
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&std::fs::read(&stream).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    watching.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (most, seen) = watcher.join().unwrap();
+    let m = manifest_of(out).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert_eq!((m.source_rows, m.total_rows()), (300_000, 300_000));
+    // Two months: a part per month per chunk, so more than two parts means several chunks.
+    assert!(m.parts.len() > 2, "one chunk only: {} parts", m.parts.len());
+    assert!(
+        most <= 2,
+        "the work dir held {most} chunks at once (seen: {seen:?})"
+    );
+    eprintln!(
+        "chunked build: {} parts, {} chunk file(s) seen, at most {most} at once",
+        m.parts.len(),
+        seen.len()
+    );
+    for part in &m.parts {
+        ch.q(&format!(
+            "ALTER TABLE {} ATTACH PART '{}'",
+            s.table, part.name
+        ));
+    }
+    assert_eq!(
+        ch.q(&format!("SELECT count(), uniqExact(id) FROM {}", s.table))
+            .trim(),
+        "300000\t300000"
+    );
+}
+
 #[test]
 fn two_attempts_of_one_partition_at_once_never_share_a_path() {
     let ch = shared();

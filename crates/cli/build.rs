@@ -193,6 +193,7 @@ pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
         config.clickhouse_local.timeout,
     );
     let work_parent = config.clickhouse_local.work_dir.clone();
+    let spool_chunk_bytes = config.clickhouse_local.spool_chunk_bytes;
     let reach = ConfigReach::new(config);
     let env = BuildEnv {
         loads: &loads,
@@ -201,6 +202,7 @@ pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
         local: &local,
         work_parent,
         staging,
+        spool_chunk_bytes,
     };
     let context = format!(
         "load {load} attempt {} (partition {})",

@@ -91,16 +91,123 @@ pub fn build_query(
     insert_columns: &[String],
     files: Vec<FileSource>,
 ) -> Result<String, QueryError> {
-    let target = format!("{}.{}", quote_ident(database), quote_ident(table));
-    let mut statements = vec![
-        format!("CREATE DATABASE {}", quote_ident(database)),
-        ddl.trim().trim_end_matches(';').trim_end().to_string(),
-        format!("ALTER TABLE {target} MODIFY SETTING {NO_BACKGROUND_MERGES}"),
-        format!("SYSTEM STOP MERGES {target}"),
-    ];
-    statements.extend(inserts(&target, insert_columns, files)?);
-    statements.push(list_parts(database, table));
-    Ok(statements.join(";\n"))
+    BuildSession::single(ddl, database, table, insert_columns).query(true, files)
+}
+
+/// The statements of one build session that routes rows to several tables (a Distributed
+/// table's shards): see [`BuildSession::routed`]. Ends with each table's parts listing after a
+/// marker line ([`split_listings`] separates them).
+pub fn build_query_routed(
+    tables: &[(String, String, u32)],
+    database: &str,
+    route: &str,
+    insert_columns: &[String],
+    files: Vec<FileSource>,
+) -> Result<String, QueryError> {
+    BuildSession::routed(tables, database, route, insert_columns)?.query(true, files)
+}
+
+/// A build's statements in three pieces, so that its input can arrive as several files run in
+/// turn by clickhouse-local sessions on one data directory (an Arrow stream spooled in bounded
+/// chunks): the first session creates the tables, each inserts its files, and each ends with
+/// the listing of every part built so far (the last one's is the build's).
+pub struct BuildSession {
+    setup: Vec<String>,
+    /// What the INSERTs write into (the table, or a routed build's `Null` source).
+    insert_target: String,
+    insert_columns: Vec<String>,
+    listing: Vec<String>,
+}
+
+impl BuildSession {
+    /// Into `database`.`table`, created by `ddl` ([`crate::ddl::local_table_ddl`]'s statement);
+    /// `insert_columns` as for [`build_query`].
+    pub fn single(
+        ddl: &str,
+        database: &str,
+        table: &str,
+        insert_columns: &[String],
+    ) -> BuildSession {
+        let target = format!("{}.{}", quote_ident(database), quote_ident(table));
+        BuildSession {
+            setup: vec![
+                format!("CREATE DATABASE {}", quote_ident(database)),
+                ddl.trim().trim_end_matches(';').trim_end().to_string(),
+                format!("ALTER TABLE {target} MODIFY SETTING {NO_BACKGROUND_MERGES}"),
+                format!("SYSTEM STOP MERGES {target}"),
+            ],
+            insert_target: target,
+            insert_columns: insert_columns.to_vec(),
+            listing: vec![list_parts(database, table)],
+        }
+    }
+
+    /// Routed to several tables (a Distributed table's shards): `tables` are (table name,
+    /// [`crate::ddl::local_table_ddl`]'s statement for it, route value), all of one definition.
+    /// The input goes once into a `Null` table of that definition, and one materialized view
+    /// per table takes the rows whose `route` (an expression over the table's columns, e.g.
+    /// `chpart_core::routing::Routing::slot_sql`) equals that table's value; so every row is
+    /// read, converted and routed once, with the table's defaults computed before the route
+    /// is. The listing is each table's parts after a marker line ([`split_listings`]).
+    pub fn routed(
+        tables: &[(String, String, u32)],
+        database: &str,
+        route: &str,
+        insert_columns: &[String],
+    ) -> Result<BuildSession, QueryError> {
+        let Some((first, _, _)) = tables.first() else {
+            return Err(QueryError::NoFiles);
+        };
+        let table = |t: &str| format!("{}.{}", quote_ident(database), quote_ident(t));
+        let source = table(ROUTED_SOURCE);
+        let mut setup = vec![format!("CREATE DATABASE {}", quote_ident(database))];
+        for (name, ddl, _) in tables {
+            let target = table(name);
+            setup.push(ddl.trim().trim_end_matches(';').trim_end().to_string());
+            setup.push(format!(
+                "ALTER TABLE {target} MODIFY SETTING {NO_BACKGROUND_MERGES}"
+            ));
+            setup.push(format!("SYSTEM STOP MERGES {target}"));
+        }
+        setup.push(format!(
+            "CREATE TABLE {source} AS {} ENGINE = Null",
+            table(first)
+        ));
+        for (name, _, key) in tables {
+            setup.push(format!(
+                "CREATE MATERIALIZED VIEW {} TO {} AS SELECT * FROM {source} WHERE ({route}) = {key}",
+                table(&format!("{ROUTED_VIEW_PREFIX}{name}")),
+                table(name)
+            ));
+        }
+        let mut listing = Vec::new();
+        for (name, _, _) in tables {
+            listing.push(format!(
+                "SELECT {} FORMAT TabSeparated",
+                quote_str(&format!("{LISTING_MARKER}{name}"))
+            ));
+            listing.push(list_parts(database, name));
+        }
+        Ok(BuildSession {
+            setup,
+            insert_target: source,
+            insert_columns: insert_columns.to_vec(),
+            listing,
+        })
+    }
+
+    /// One session's statements: the setup when `first`, one INSERT per file of `files`, the
+    /// listing.
+    pub fn query(&self, first: bool, files: Vec<FileSource>) -> Result<String, QueryError> {
+        let mut statements = if first {
+            self.setup.clone()
+        } else {
+            Vec::new()
+        };
+        statements.extend(inserts(&self.insert_target, &self.insert_columns, files)?);
+        statements.extend(self.listing.iter().cloned());
+        Ok(statements.join(";\n"))
+    }
 }
 
 /// One `INSERT INTO target` per file of `files`, of the columns `insert_columns` (empty: all
@@ -135,57 +242,6 @@ fn inserts(
             ))
         })
         .collect()
-}
-
-/// The statements of one build session that routes rows to several tables (a Distributed
-/// table's shards): `tables` are (table name, [`crate::ddl::local_table_ddl`]'s statement for
-/// it), all of one definition. The input goes once into a `Null` table of that definition,
-/// and one materialized view per table takes the rows whose `route` (an expression over the
-/// table's columns, e.g. `chpart_core::routing::Routing::slot_sql`) equals that table's `key`;
-/// so every row is read, converted and routed once, with the table's defaults computed
-/// before the route is. Ends with each table's parts listing after a marker line
-/// ([`split_listings`] separates them).
-pub fn build_query_routed(
-    tables: &[(String, String, u32)],
-    database: &str,
-    route: &str,
-    insert_columns: &[String],
-    files: Vec<FileSource>,
-) -> Result<String, QueryError> {
-    let Some((first, _, _)) = tables.first() else {
-        return Err(QueryError::NoFiles);
-    };
-    let table = |t: &str| format!("{}.{}", quote_ident(database), quote_ident(t));
-    let source = table(ROUTED_SOURCE);
-    let mut statements = vec![format!("CREATE DATABASE {}", quote_ident(database))];
-    for (name, ddl, _) in tables {
-        let target = table(name);
-        statements.push(ddl.trim().trim_end_matches(';').trim_end().to_string());
-        statements.push(format!(
-            "ALTER TABLE {target} MODIFY SETTING {NO_BACKGROUND_MERGES}"
-        ));
-        statements.push(format!("SYSTEM STOP MERGES {target}"));
-    }
-    statements.push(format!(
-        "CREATE TABLE {source} AS {} ENGINE = Null",
-        table(first)
-    ));
-    for (name, _, key) in tables {
-        statements.push(format!(
-            "CREATE MATERIALIZED VIEW {} TO {} AS SELECT * FROM {source} WHERE ({route}) = {key}",
-            table(&format!("{ROUTED_VIEW_PREFIX}{name}")),
-            table(name)
-        ));
-    }
-    statements.extend(inserts(&source, insert_columns, files)?);
-    for (name, _, _) in tables {
-        statements.push(format!(
-            "SELECT {} FORMAT TabSeparated",
-            quote_str(&format!("{LISTING_MARKER}{name}"))
-        ));
-        statements.push(list_parts(database, name));
-    }
-    Ok(statements.join(";\n"))
 }
 
 /// The `Null` table a routed build inserts into.

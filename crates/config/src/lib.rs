@@ -263,6 +263,12 @@ pub struct RawClickHouseLocal {
     /// Upper bound on one clickhouse-local run, in seconds. Default 3600.
     #[serde(default = "default_build_timeout_secs")]
     pub timeout_secs: u64,
+    /// An Arrow stream input (`build --input -`) is spooled into the work directory in chunks
+    /// of about this many MiB, each built by its own clickhouse-local run while the next is
+    /// written, so the work directory holds at most two chunks. Default 1024 (what one INSERT
+    /// squashes into one block, so chunks add no parts). Example: `spool_chunk_mib = 256`.
+    #[serde(default = "default_spool_chunk_mib")]
+    pub spool_chunk_mib: u64,
 }
 
 /// `[staging]`
@@ -316,6 +322,10 @@ fn default_write_buffer_kib() -> usize {
 fn default_upload_connections() -> usize {
     2
 }
+fn default_spool_chunk_mib() -> u64 {
+    1024
+}
+
 fn default_build_timeout_secs() -> u64 {
     3600
 }
@@ -421,6 +431,8 @@ pub struct ClickHouseLocalSettings {
     pub work_dir: PathBuf,
     /// Timeout of one run.
     pub timeout: Duration,
+    /// Bound of one spooled chunk of an Arrow stream input, in bytes.
+    pub spool_chunk_bytes: u64,
 }
 
 /// The config sections, for `CHPART_<SECTION>_<KEY>` overrides. Longest first so that
@@ -759,6 +771,15 @@ impl RawConfig {
             command: PathBuf::from(local.command),
             work_dir: local.work_dir.unwrap_or_else(std::env::temp_dir),
             timeout: positive_secs("clickhouse_local.timeout_secs", local.timeout_secs)?,
+            spool_chunk_bytes: match local.spool_chunk_mib {
+                mib @ 1..=1_048_576 => mib << 20,
+                _ => {
+                    return Err(invalid(
+                        "clickhouse_local.spool_chunk_mib",
+                        "must be 1 to 1048576 (MiB)",
+                    ))
+                }
+            },
         };
 
         check_ident("ledger.database", &self.ledger.database)?;

@@ -37,6 +37,51 @@ pub struct StreamStats {
     pub batches: u64,
     /// Bytes of the input stream, end-of-stream marker included.
     pub bytes: u64,
+    /// Outputs written (one for [`ArrowStreamPump::pump`]).
+    pub chunks: u64,
+}
+
+/// Where [`ArrowStreamPump::pump_chunked`] writes its chunks.
+pub trait ChunkSink {
+    /// What one chunk is written to.
+    type Output: Write;
+    /// Opens chunk `number` (from 1), with its name for messages.
+    fn open(&mut self, number: u64) -> Result<(Self::Output, String), InputError>;
+    /// Chunk `number` is complete: written, ended and flushed. An error stops the pump.
+    fn done(&mut self, number: u64) -> Result<(), InputError>;
+}
+
+/// [`ArrowStreamPump::pump`]'s sink: one output, the whole stream.
+struct OneOutput<W>(Option<(W, String)>);
+
+impl<W: Write> ChunkSink for OneOutput<W> {
+    type Output = W;
+    fn open(&mut self, _number: u64) -> Result<(W, String), InputError> {
+        Ok(self
+            .0
+            .take()
+            .expect("one output: the bound is never reached"))
+    }
+    fn done(&mut self, _number: u64) -> Result<(), InputError> {
+        Ok(())
+    }
+}
+
+/// Counts the bytes written through it (a chunk's size).
+struct Counted<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Counts bytes and notices end of input, beneath the IPC reader's buffer.
@@ -120,57 +165,101 @@ impl<R: Read> ArrowStreamPump<R> {
     /// Moves every batch to `output` as an Arrow IPC stream, checking each on the way, and
     /// ends it with the end-of-stream marker. `destination` names `output` in messages.
     /// Holds one batch at a time. On error the output is poisoned (see the module docs).
-    pub fn pump<W: Write>(
-        mut self,
-        output: W,
-        destination: &str,
-    ) -> Result<StreamStats, InputError> {
-        let input = self.plan.source.clone();
-        let write_error = |batch: u64, error: ArrowError| InputError::Write {
-            input: input.clone(),
-            batch,
-            destination: destination.to_owned(),
-            error,
-        };
-        let schema = self.reader.schema();
-        let mut writer =
-            StreamWriter::try_new_buffered(output, &schema).map_err(|e| write_error(0, e))?;
-        let mut stats = StreamStats::default();
-        let result = self
-            .pump_batches(&mut writer, &mut stats, destination)
-            .and_then(|()| self.expect_clean_end(&stats));
-        if let Err(error) = result {
-            let sink = writer.get_mut();
-            // Best effort: the consumer may already be gone, and the caller has the real error.
-            let _ = sink.write_all(&POISON).and_then(|()| sink.flush());
-            return Err(error);
-        }
-        writer.finish().map_err(|e| write_error(stats.batches, e))?;
-        writer
-            .into_inner()
-            .and_then(|mut w| Ok(w.flush()?))
-            .map_err(|e| write_error(stats.batches, e))?;
-        stats.bytes = self.bytes.load(Ordering::Relaxed);
-        Ok(stats)
+    pub fn pump<W: Write>(self, output: W, destination: &str) -> Result<StreamStats, InputError> {
+        let mut sink = OneOutput(Some((output, destination.to_owned())));
+        self.pump_chunked(u64::MAX, &mut sink)
     }
 
+    /// Like [`pump`](Self::pump), into a series of outputs from `sink`: each chunk is a
+    /// complete Arrow IPC stream (the schema, whole batches, the end-of-stream marker) of about
+    /// `chunk_bytes` (a chunk ends after the batch that reaches it, so one batch larger than
+    /// the bound is a chunk of its own). A chunk is handed to `sink` as done only once it is
+    /// complete; the last one only once the input is known to have ended cleanly, so a
+    /// consumer that takes done chunks never sees a chunk of a stream that turns out to be
+    /// broken after it: the chunk that fails is poisoned and never reported done. Holds at
+    /// most two batches at a time (one read ahead at a chunk's end, to tell the last chunk).
+    pub fn pump_chunked<S: ChunkSink>(
+        mut self,
+        chunk_bytes: u64,
+        sink: &mut S,
+    ) -> Result<StreamStats, InputError> {
+        let input = self.plan.source.clone();
+        let schema = self.reader.schema();
+        let mut stats = StreamStats::default();
+        let mut pending: Option<RecordBatch> = None;
+        let mut number = 1;
+        loop {
+            let (output, destination) = sink.open(number)?;
+            let write_error = |batch: u64, error: ArrowError| InputError::Write {
+                input: input.clone(),
+                batch,
+                destination: destination.clone(),
+                error,
+            };
+            let counted = Counted {
+                inner: output,
+                bytes: 0,
+            };
+            let mut writer = StreamWriter::try_new_buffered(counted, &schema)
+                .map_err(|e| write_error(stats.batches, e))?;
+            let result = self
+                .pump_batches(
+                    &mut writer,
+                    &mut stats,
+                    &destination,
+                    chunk_bytes,
+                    &mut pending,
+                )
+                .and_then(|more| {
+                    if more {
+                        Ok(true)
+                    } else {
+                        self.expect_clean_end(&stats).map(|()| false)
+                    }
+                });
+            let more = match result {
+                Ok(more) => more,
+                Err(error) => {
+                    let sink = writer.get_mut();
+                    // Best effort: the consumer may already be gone, and the caller has the
+                    // real error.
+                    let _ = sink.write_all(&POISON).and_then(|()| sink.flush());
+                    return Err(error);
+                }
+            };
+            writer.finish().map_err(|e| write_error(stats.batches, e))?;
+            writer
+                .into_inner()
+                .and_then(|mut w| Ok(w.flush()?))
+                .map_err(|e| write_error(stats.batches, e))?;
+            sink.done(number)?;
+            if !more {
+                stats.bytes = self.bytes.load(Ordering::Relaxed);
+                stats.chunks = number;
+                return Ok(stats);
+            }
+            number += 1;
+        }
+    }
+
+    /// Writes batches into `writer` until the input ends (`Ok(false)`) or `chunk_bytes` are
+    /// written and another batch follows (`Ok(true)`, that batch left in `pending`).
     fn pump_batches<W: Write>(
         &mut self,
-        writer: &mut StreamWriter<std::io::BufWriter<W>>,
+        writer: &mut StreamWriter<std::io::BufWriter<Counted<W>>>,
         stats: &mut StreamStats,
         destination: &str,
-    ) -> Result<(), InputError> {
+        chunk_bytes: u64,
+        pending: &mut Option<RecordBatch>,
+    ) -> Result<bool, InputError> {
         loop {
             let number = stats.batches + 1;
-            let batch = match self.reader.next() {
-                None => return Ok(()),
-                Some(Ok(batch)) => batch,
-                Some(Err(e)) => {
-                    return Err(self.bad(
-                        format!("batch {number} (after {} rows)", stats.rows),
-                        e.to_string(),
-                    ));
-                }
+            let batch = match pending.take() {
+                Some(batch) => batch,
+                None => match self.next_batch(stats)? {
+                    None => return Ok(false),
+                    Some(batch) => batch,
+                },
             };
             self.check_batch(&batch, number, stats.rows)?;
             writer.write(&batch).map_err(|error| InputError::Write {
@@ -181,6 +270,29 @@ impl<R: Read> ArrowStreamPump<R> {
             })?;
             stats.batches = number;
             stats.rows += batch.num_rows() as u64;
+            let buffered = writer.get_ref();
+            if buffered.get_ref().bytes + buffered.buffer().len() as u64 >= chunk_bytes {
+                // Full: another chunk only if another batch comes.
+                return match self.next_batch(stats)? {
+                    None => Ok(false),
+                    Some(next) => {
+                        *pending = Some(next);
+                        Ok(true)
+                    }
+                };
+            }
+        }
+    }
+
+    /// The next batch of the input, `None` at its end.
+    fn next_batch(&mut self, stats: &StreamStats) -> Result<Option<RecordBatch>, InputError> {
+        match self.reader.next() {
+            None => Ok(None),
+            Some(Ok(batch)) => Ok(Some(batch)),
+            Some(Err(e)) => Err(self.bad(
+                format!("batch {} (after {} rows)", stats.batches + 1, stats.rows),
+                e.to_string(),
+            )),
         }
     }
 

@@ -29,7 +29,7 @@ mod error;
 pub mod parquet;
 pub mod schema;
 
-pub use arrow_stream::{ArrowStreamPump, StreamStats};
+pub use arrow_stream::{ArrowStreamPump, ChunkSink, StreamStats};
 pub use checks::{ValueCheck, ValueProblem};
 pub use chtype::{ChType, TupleElement, TypeParseError};
 pub use error::InputError;

@@ -125,7 +125,8 @@ fn pumped_batches_load_exactly() {
         StreamStats {
             rows: 6,
             batches: 3,
-            bytes: input.len() as u64
+            bytes: input.len() as u64,
+            chunks: 1,
         }
     );
     let expected = [
@@ -151,7 +152,8 @@ fn empty_stream_loads_no_rows() {
         StreamStats {
             rows: 0,
             batches: 0,
-            bytes: input.len() as u64
+            bytes: input.len() as u64,
+            chunks: 1,
         }
     );
     assert_eq!(clickhouse.unwrap(), "");

@@ -13,7 +13,7 @@ use arrow_array::{
     ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
 };
 use arrow_schema::{Field, Schema};
-use chpart_input::{ArrowStreamPump, InputError, ParquetInput, StreamStats};
+use chpart_input::{ArrowStreamPump, ChunkSink, InputError, ParquetInput, StreamStats};
 
 use common::{ipc_stream, path, scratch, target, write_parquet};
 
@@ -301,7 +301,8 @@ fn pump_passes_a_stream_through_and_counts_it() {
         StreamStats {
             rows: 9,
             batches: 3,
-            bytes: input.len() as u64
+            bytes: input.len() as u64,
+            chunks: 1,
         }
     );
     // What came out is a complete stream with the same rows.
@@ -320,7 +321,8 @@ fn pump_passes_a_stream_through_and_counts_it() {
         StreamStats {
             rows: 0,
             batches: 0,
-            bytes: empty.len() as u64
+            bytes: empty.len() as u64,
+            chunks: 1,
         }
     );
 }
@@ -372,6 +374,82 @@ fn pump_rejects_nulls_and_broken_streams_naming_stdin_and_batch() {
             );
         }
     }
+}
+
+/// Chunks in memory, with the numbers reported done.
+#[derive(Default)]
+struct Chunks {
+    outputs: Vec<std::rc::Rc<std::cell::RefCell<Vec<u8>>>>,
+    done: Vec<u64>,
+}
+
+struct Shared(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ChunkSink for Chunks {
+    type Output = Shared;
+    fn open(&mut self, number: u64) -> Result<(Shared, String), InputError> {
+        assert_eq!(
+            number as usize,
+            self.outputs.len() + 1,
+            "chunks open in order"
+        );
+        self.outputs.push(Default::default());
+        Ok((
+            Shared(self.outputs.last().unwrap().clone()),
+            format!("chunk {number}"),
+        ))
+    }
+    fn done(&mut self, number: u64) -> Result<(), InputError> {
+        self.done.push(number);
+        Ok(())
+    }
+}
+
+/// Each chunk is a complete stream of whole batches: with a 1-byte bound, one batch each, and
+/// no empty chunk after the last; a stream that breaks in batch 2 leaves chunk 1 done and
+/// chunk 2 poisoned, never done; a bound above the stream is one chunk, as `pump`.
+#[test]
+fn pump_chunked_cuts_the_stream_into_complete_streams_at_batch_boundaries() {
+    let batches = stream_batches(None);
+    let input = ipc_stream(&batches);
+    let mut sink = Chunks::default();
+    let pump = ArrowStreamPump::start(input.as_slice(), &stream_target(), "stdin").unwrap();
+    let stats = pump.pump_chunked(1, &mut sink).unwrap();
+    assert_eq!((stats.rows, stats.batches, stats.chunks), (9, 3, 3));
+    assert_eq!(sink.done, vec![1, 2, 3]);
+    for (i, chunk) in sink.outputs.iter().enumerate() {
+        let chunk = chunk.borrow();
+        let reader = arrow_ipc::reader::StreamReader::try_new(chunk.as_slice(), None).unwrap();
+        let read: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+        assert_eq!(read, vec![batches[i].clone()], "chunk {}", i + 1);
+    }
+
+    let broken = ipc_stream(&stream_batches(Some(1)));
+    let mut sink = Chunks::default();
+    let pump = ArrowStreamPump::start(broken.as_slice(), &stream_target(), "stdin").unwrap();
+    let err = pump.pump_chunked(1, &mut sink).unwrap_err().to_string();
+    assert!(err.contains("batch 2 (rows 3..6)"), "{err}");
+    assert_eq!(sink.done, vec![1]);
+    assert_eq!(sink.outputs.len(), 2);
+    assert!(sink.outputs[1]
+        .borrow()
+        .ends_with(&[0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]));
+
+    let mut sink = Chunks::default();
+    let pump = ArrowStreamPump::start(input.as_slice(), &stream_target(), "stdin").unwrap();
+    let stats = pump.pump_chunked(1 << 30, &mut sink).unwrap();
+    assert_eq!((stats.batches, stats.chunks), (3, 1));
+    assert_eq!(sink.done, vec![1]);
 }
 
 #[test]

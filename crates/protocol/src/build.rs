@@ -25,16 +25,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use chpart_build::{
-    build_query, build_query_routed, digest_part, inspect_parts, local_args, local_table_ddl,
-    rewrite_query, split_listings, ttl_due, BuiltPart, FileSource, LocalCommand, LocalIdentity,
-    Rewrite, RunError, WorkDir,
+    digest_part, inspect_parts, local_args, local_table_ddl, rewrite_query, split_listings,
+    ttl_due, BuildSession, BuiltPart, FileSource, LocalCommand, LocalIdentity, Rewrite, RunError,
+    WorkDir,
 };
 use chpart_core::manifest::{FileEntry, Manifest, OtherDisk, PartEntry, Phases, Target};
 use chpart_core::{
     detached_part_name, Attempt, AttemptId, AttemptStaging, Destination, DiskPlace, LoadId,
     PartName, RemotePath, StagingLayout,
 };
-use chpart_input::{ArrowStreamPump, ChType, InputError, InputPlan, ParquetInput, TargetColumn};
+use chpart_input::{
+    ArrowStreamPump, ChType, ChunkSink, InputError, InputPlan, ParquetInput, StreamStats,
+    TargetColumn,
+};
 use chpart_remote::{RemoteError, RemoteFs};
 use serde::Serialize;
 
@@ -62,8 +65,8 @@ pub trait LoadDirectory: Sync {
 pub enum Input {
     /// Parquet files, read by clickhouse-local itself (no spool, no re-encoding).
     Parquet(Vec<PathBuf>),
-    /// An Arrow IPC stream (e.g. stdin), checked batch by batch into a spool file of the work
-    /// dir, which clickhouse-local reads.
+    /// An Arrow IPC stream (e.g. stdin), checked batch by batch into spool files of the work
+    /// dir (bounded chunks: [`BuildEnv::spool_chunk_bytes`]), which clickhouse-local reads.
     ArrowStream(Box<dyn Read + Send>),
 }
 
@@ -94,7 +97,16 @@ pub struct BuildEnv<'a> {
     pub work_parent: PathBuf,
     /// The configured staging root, for loads begun before chpart recorded theirs.
     pub staging: StagingLayout,
+    /// An Arrow stream is spooled into the work dir in chunks of about this many bytes, each
+    /// inserted by its own clickhouse-local session while the next is written
+    /// ([`DEFAULT_SPOOL_CHUNK_BYTES`] unless configured).
+    pub spool_chunk_bytes: u64,
 }
+
+/// The default of [`BuildEnv::spool_chunk_bytes`]: what one INSERT squashes into one block
+/// ([`chpart_build::parts::ONE_BLOCK_BYTES`]), so chunking adds no part: an input below it is one
+/// chunk, and a larger one was already one part per partition per block of this size.
+pub const DEFAULT_SPOOL_CHUNK_BYTES: u64 = chpart_build::parts::ONE_BLOCK_BYTES;
 
 /// Where the time went, for logs and benchmarks.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -348,6 +360,92 @@ fn check_local(
     }
 }
 
+/// Builds from an Arrow stream spooled into `dir` in chunks of about `chunk_bytes` (each a
+/// complete Arrow stream, checked batch by batch on its way in): one clickhouse-local session
+/// per chunk on the build's data dir `data`, the first creating the tables, each inserting its
+/// chunk, while the pump writes the next. A chunk is removed once inserted and the pump waits
+/// for the session to take the next, so the work dir holds at most two chunks (the one being
+/// inserted and the one being written), whatever the stream's size. A chunk is inserted only
+/// once it is complete; the last only once the stream ended cleanly; a stream that breaks
+/// fails the build before anything leaves this host (parts are uploaded only after every chunk
+/// was built). Returns the last session's output (the listing of every part) and what was
+/// pumped.
+fn run_spooled(
+    local: &LocalCommand,
+    data: &std::path::Path,
+    dir: &std::path::Path,
+    session: &BuildSession,
+    pump: ArrowStreamPump<Box<dyn Read + Send>>,
+    structure: &str,
+    chunk_bytes: u64,
+) -> Result<(Vec<u8>, StreamStats), BuildError> {
+    let (chunks, done) = std::sync::mpsc::sync_channel::<PathBuf>(0);
+    let mut sink = SpoolSink {
+        dir: dir.to_path_buf(),
+        chunks,
+        current: None,
+    };
+    let pumper = std::thread::spawn(move || pump.pump_chunked(chunk_bytes, &mut sink));
+    let mut output = None;
+    for (i, chunk) in done.iter().enumerate() {
+        let file: FileSource = (
+            chunk.clone(),
+            "ArrowStream".to_owned(),
+            structure.to_owned(),
+        );
+        let run = session
+            .query(i == 0, vec![file])
+            .map_err(build_err)
+            .and_then(|query| Ok(local.run(&local_args(data, &query))?));
+        let _ = std::fs::remove_file(&chunk);
+        // On failure the pump is left to stop at its next chunk (its hand-over fails) or with
+        // its input: it may be waiting for the producer, which this build no longer reads.
+        output = Some(run?);
+    }
+    let stats = pumper
+        .join()
+        .map_err(|_| BuildError::Build("the input pump panicked".into()))??;
+    let output = output
+        .ok_or_else(|| BuildError::Build("the Arrow stream was pumped into no chunk".into()))?;
+    tracing::debug!(
+        "built from {} spooled chunk(s) of at most about {} MiB",
+        stats.chunks,
+        chunk_bytes >> 20
+    );
+    Ok((output, stats))
+}
+
+/// [`run_spooled`]'s chunk files: `<dir>/input-<n>.arrows`, each handed to the building session
+/// when complete.
+struct SpoolSink {
+    dir: PathBuf,
+    chunks: std::sync::mpsc::SyncSender<PathBuf>,
+    current: Option<PathBuf>,
+}
+
+impl ChunkSink for SpoolSink {
+    type Output = std::io::BufWriter<std::fs::File>;
+
+    fn open(&mut self, number: u64) -> Result<(Self::Output, String), InputError> {
+        let path = self.dir.join(format!("input-{number:04}.arrows"));
+        let file = std::fs::File::create(&path).map_err(|error| InputError::Io {
+            path: path.clone(),
+            error,
+        })?;
+        let name = path.display().to_string();
+        self.current = Some(path);
+        Ok((std::io::BufWriter::with_capacity(1 << 20, file), name))
+    }
+
+    fn done(&mut self, _number: u64) -> Result<(), InputError> {
+        let path = self.current.take().expect("a chunk is open");
+        self.chunks.send(path.clone()).map_err(|_| InputError::Io {
+            path,
+            error: std::io::Error::other("the build stopped taking chunks (it failed)"),
+        })
+    }
+}
+
 /// Builds the attempt's parts: into the one local table, or with `routed` = (tables with
 /// their route values, route expression) into one table per shard, each row into the table
 /// whose value its route gives. Returns one [`Built`] per table, in order.
@@ -376,51 +474,54 @@ fn run_clickhouse_local(
     let identify_cmd = local.clone();
     let identity = std::thread::spawn(move || identify_cmd.identify());
 
-    let (files, plan, rows) = match input {
-        Input::Parquet(paths) => parquet_sources(&paths, &target)?,
-        Input::ArrowStream(reader) => {
-            // The stream is checked batch by batch on its way into a file of this attempt's
-            // work dir, and clickhouse-local reads that file. It cannot read the stream from a
-            // pipe: the 26.9 engine's ArrowStream reader seeks in its input, which fails on a
-            // pipe for multi-batch streams ("Cannot seek through file (fd = 0)"). The spool is
-            // the same binary Arrow stream (no re-encoding, no text), read once by the engine.
-            let pump = ArrowStreamPump::start(reader, &target, "stdin")?;
-            let plan = pump.plan().clone();
-            let spool = work.path().join("input.arrows");
-            let file = std::fs::File::create(&spool).map_err(|e| InputError::Io {
-                path: spool.clone(),
-                error: e,
-            })?;
-            let stats = pump.pump(
-                std::io::BufWriter::with_capacity(1 << 20, file),
-                &spool.display().to_string(),
-            )?;
-            let files = vec![(spool, "ArrowStream".to_owned(), plan.structure.clone())];
-            (files, plan, stats.rows)
-        }
-    };
-    let (tables, inserted): (Vec<String>, Vec<Vec<BuiltPart>>) = match routed {
-        None => {
-            let query = build_query(
+    let session_for = |plan: &InputPlan| -> Result<BuildSession, BuildError> {
+        match routed {
+            None => Ok(BuildSession::single(
                 &ddl_of(LOCAL_TABLE)?,
                 LOCAL_DATABASE,
                 LOCAL_TABLE,
                 &plan.insert_columns,
-                files,
-            )
-            .map_err(build_err)?;
-            let output = local.run(&local_args(&data, &query))?;
-            (vec![LOCAL_TABLE.to_owned()], vec![inspect(&output, None)?])
+            )),
+            Some((tables, route)) => {
+                let ddls = tables
+                    .iter()
+                    .map(|(t, key)| Ok((t.clone(), ddl_of(t)?, *key)))
+                    .collect::<Result<Vec<_>, BuildError>>()?;
+                BuildSession::routed(&ddls, LOCAL_DATABASE, route, &plan.insert_columns)
+                    .map_err(build_err)
+            }
         }
-        Some((tables, route)) => {
-            let ddls = tables
-                .iter()
-                .map(|(t, key)| Ok((t.clone(), ddl_of(t)?, *key)))
-                .collect::<Result<Vec<_>, BuildError>>()?;
-            let query =
-                build_query_routed(&ddls, LOCAL_DATABASE, route, &plan.insert_columns, files)
-                    .map_err(build_err)?;
-            let output = local.run(&local_args(&data, &query))?;
+    };
+    let (output, rows) = match input {
+        Input::Parquet(paths) => {
+            let (files, plan, rows) = parquet_sources(&paths, &target)?;
+            let query = session_for(&plan)?.query(true, files).map_err(build_err)?;
+            (local.run(&local_args(&data, &query))?, rows)
+        }
+        Input::ArrowStream(reader) => {
+            // The stream is checked batch by batch on its way into files of this attempt's
+            // work dir, and clickhouse-local reads those. It cannot read the stream from a
+            // pipe: the 26.9 engine's ArrowStream reader seeks in its input, which fails on a
+            // pipe for multi-batch streams ("Cannot seek through file (fd = 0)"). The spool is
+            // the same binary Arrow stream (no re-encoding, no text), read once by the engine.
+            let pump = ArrowStreamPump::start(reader, &target, "stdin")?;
+            let session = session_for(pump.plan())?;
+            let structure = pump.plan().structure.clone();
+            let (output, stats) = run_spooled(
+                &local,
+                &data,
+                work.path(),
+                &session,
+                pump,
+                &structure,
+                env.spool_chunk_bytes,
+            )?;
+            (output, stats.rows)
+        }
+    };
+    let (tables, inserted): (Vec<String>, Vec<Vec<BuiltPart>>) = match routed {
+        None => (vec![LOCAL_TABLE.to_owned()], vec![inspect(&output, None)?]),
+        Some((tables, _)) => {
             let listings = split_listings(&String::from_utf8_lossy(&output));
             let inserted = tables
                 .iter()

@@ -80,6 +80,7 @@ fn commit_calls(
         local: &local,
         work_parent: dir.path().join("work"),
         staging: StagingLayout::new(&staging).unwrap(),
+        spool_chunk_bytes: chpart_protocol::build::DEFAULT_SPOOL_CHUNK_BYTES,
     };
     let mut winners = Vec::new();
     for p in 0..spark_partitions {
