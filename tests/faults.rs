@@ -83,6 +83,43 @@ fn manifest_line(out: &Output) -> String {
 
 /// A build whose SFTP connection is cut in the middle of its upload, then a commit whose
 /// server connections are cut and refused for two seconds: both finish in one run, rows once.
+/// `rows` generated rows as a Parquet file of the test's dir.
+fn input_of(s: &Setup, rows: u64) -> std::path::PathBuf {
+    write_rows(
+        s.dir.path(),
+        "rows.parquet",
+        &rows_select(0, rows),
+        "Parquet",
+    )
+}
+
+/// `build` of `input` as `attempt` (Spark partition 0) of `load`.
+fn build(s: &Setup, load: &str, attempt: &str, input: &Path) -> Output {
+    s.build_cmd(load, attempt, 0)
+        .arg("--input")
+        .arg(input)
+        .output()
+        .unwrap()
+}
+
+/// `commit` of `load` with the winners file `file`.
+fn commit(s: &Setup, load: &str, file: &Path) -> Output {
+    s.run(&[
+        "commit",
+        "--load",
+        load,
+        "--winners",
+        file.to_str().unwrap(),
+    ])
+}
+
+/// `chpart gc` exits 0 and leaves nothing in the table's `detached/`.
+fn assert_gc_leaves_nothing(s: &Setup) {
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert!(s.detached("events").is_empty());
+}
+
 #[test]
 fn a_load_rides_out_cut_connections_and_a_server_down_for_two_seconds() {
     let ch = shared();
@@ -95,19 +132,9 @@ fn a_load_rides_out_cut_connections_and_a_server_down_for_two_seconds() {
     assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
 
     // 600,000 rows: several MB of parts; the upload is cut after 1 MiB.
-    let input = write_rows(
-        s.dir.path(),
-        "rows.parquet",
-        &rows_select(0, 600_000),
-        "Parquet",
-    );
+    let input = input_of(&s, 600_000);
     ssh.cut_after_bytes(1024 * 1024);
-    let built = s
-        .build_cmd("fr-1", "app-1.1", 0)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .unwrap();
+    let built = build(&s, "fr-1", "app-1.1", &input);
     let line = manifest_line(&built);
     assert_eq!(ssh.cuts(), 1, "the upload was cut");
     assert!(
@@ -129,13 +156,7 @@ fn a_load_rides_out_cut_connections_and_a_server_down_for_two_seconds() {
             std::thread::sleep(Duration::from_secs(2));
             http.set_mode(Mode::Pass);
         });
-        let out = s.run(&[
-            "commit",
-            "--load",
-            "fr-1",
-            "--winners",
-            file.to_str().unwrap(),
-        ]);
+        let out = commit(&s, "fr-1", &file);
         outage.join().unwrap();
         out
     });
@@ -143,9 +164,7 @@ fn a_load_rides_out_cut_connections_and_a_server_down_for_two_seconds() {
     assert_eq!(http.cuts(), 1, "the commit's connections were cut");
     assert_eq!(count(ch, &s.table), "600000\t600000\n");
 
-    let gc = s.run(&["gc"]);
-    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
-    assert!(s.detached("events").is_empty());
+    assert_gc_leaves_nothing(&s);
 }
 
 /// A server down for longer than the deadline: the commit stops with exit 3 and nothing
@@ -160,29 +179,13 @@ fn a_server_down_past_the_deadline_fails_cleanly_and_the_rerun_loads_once() {
     through_proxies(&s, &sshd, &http, &ssh, 2);
     let begun = s.begin("fd-1", &[]);
     assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
-    let input = write_rows(
-        s.dir.path(),
-        "rows.parquet",
-        &rows_select(0, 50_000),
-        "Parquet",
-    );
-    let built = s
-        .build_cmd("fd-1", "app-2.1", 0)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .unwrap();
+    let input = input_of(&s, 50_000);
+    let built = build(&s, "fd-1", "app-2.1", &input);
     let file = winners(s.dir.path(), &[&manifest_line(&built)]);
 
     http.set_mode(Mode::Refuse);
     let started = std::time::Instant::now();
-    let down = s.run(&[
-        "commit",
-        "--load",
-        "fd-1",
-        "--winners",
-        file.to_str().unwrap(),
-    ]);
+    let down = commit(&s, "fd-1", &file);
     assert_eq!(down.status.code(), Some(3), "{}", text(&down));
     assert!(text(&down).contains("gave up after"), "{}", text(&down));
     assert!(
@@ -193,18 +196,10 @@ fn a_server_down_past_the_deadline_fails_cleanly_and_the_rerun_loads_once() {
     assert_eq!(count(ch, &s.table), "0\t0\n", "nothing visible");
 
     http.set_mode(Mode::Pass);
-    let up = s.run(&[
-        "commit",
-        "--load",
-        "fd-1",
-        "--winners",
-        file.to_str().unwrap(),
-    ]);
+    let up = commit(&s, "fd-1", &file);
     assert_eq!(up.status.code(), Some(0), "{}", text(&up));
     assert_eq!(count(ch, &s.table), "50000\t50000\n");
-    let gc = s.run(&["gc"]);
-    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
-    assert!(s.detached("events").is_empty());
+    assert_gc_leaves_nothing(&s);
 }
 
 /// A slow link both ways (every chunk 25 ms late, in both directions, to the server and to
@@ -222,35 +217,17 @@ fn a_load_over_slow_links_finishes_exactly_once() {
     ssh.set_mode(Mode::Slow(Duration::from_millis(25)));
     let begun = s.begin("fs-1", &[]);
     assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
-    let input = write_rows(
-        s.dir.path(),
-        "rows.parquet",
-        &rows_select(0, 20_000),
-        "Parquet",
-    );
-    let built = s
-        .build_cmd("fs-1", "app-3.1", 0)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .unwrap();
+    let input = input_of(&s, 20_000);
+    let built = build(&s, "fs-1", "app-3.1", &input);
     let file = winners(s.dir.path(), &[&manifest_line(&built)]);
-    let out = s.run(&[
-        "commit",
-        "--load",
-        "fs-1",
-        "--winners",
-        file.to_str().unwrap(),
-    ]);
+    let out = commit(&s, "fs-1", &file);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(count(ch, &s.table), "20000\t20000\n");
     assert!(
         http.accepted() > 0 && ssh.accepted() > 0,
         "both links were used"
     );
-    let gc = s.run(&["gc"]);
-    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
-    assert!(s.detached("events").is_empty());
+    assert_gc_leaves_nothing(&s);
 }
 
 /// sshd itself dies in the middle of an upload, with every session it runs (SIGKILL, as when
@@ -269,12 +246,7 @@ fn a_build_rides_out_sshd_restarted_in_the_middle_of_its_upload() {
     let begun = s.begin("fsr-1", &[]);
     assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
 
-    let input = write_rows(
-        s.dir.path(),
-        "rows.parquet",
-        &rows_select(0, 600_000),
-        "Parquet",
-    );
+    let input = input_of(&s, 600_000);
     // Each 64 KiB chunk 20 ms late: the parts (several MB) take seconds to upload.
     ssh.set_mode(Mode::Slow(Duration::from_millis(20)));
     let build = s
@@ -308,18 +280,10 @@ fn a_build_rides_out_sshd_restarted_in_the_middle_of_its_upload() {
     );
 
     let file = winners(s.dir.path(), &[&line]);
-    let out = s.run(&[
-        "commit",
-        "--load",
-        "fsr-1",
-        "--winners",
-        file.to_str().unwrap(),
-    ]);
+    let out = commit(&s, "fsr-1", &file);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(count(ch, &s.table), "600000\t600000\n");
-    let gc = s.run(&["gc"]);
-    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
-    assert!(s.detached("events").is_empty());
+    assert_gc_leaves_nothing(&s);
 }
 
 /// Real packet loss (this machine's kernel has no `netem`; netfilter's random drop stands in):
@@ -336,26 +300,10 @@ fn a_load_over_lossy_links_finishes_exactly_once() {
     let loss = PacketLoss::start(&[ch.http_port, sshd.port], 5);
     let begun = s.begin("fl-1", &[]);
     assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
-    let input = write_rows(
-        s.dir.path(),
-        "rows.parquet",
-        &rows_select(0, 300_000),
-        "Parquet",
-    );
-    let built = s
-        .build_cmd("fl-1", "app-5.1", 0)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .unwrap();
+    let input = input_of(&s, 300_000);
+    let built = build(&s, "fl-1", "app-5.1", &input);
     let file = winners(s.dir.path(), &[&manifest_line(&built)]);
-    let out = s.run(&[
-        "commit",
-        "--load",
-        "fl-1",
-        "--winners",
-        file.to_str().unwrap(),
-    ]);
+    let out = commit(&s, "fl-1", &file);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let dropped = loss.dropped();
     eprintln!("lossy links: {dropped} packets dropped");
@@ -365,9 +313,7 @@ fn a_load_over_lossy_links_finishes_exactly_once() {
     );
     drop(loss);
     assert_eq!(count(&ch, &s.table), "300000\t300000\n");
-    let gc = s.run(&["gc"]);
-    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
-    assert!(s.detached("events").is_empty());
+    assert_gc_leaves_nothing(&s);
 }
 
 /// The server's host cut off in the middle of a commit: every packet to and from its HTTP port
@@ -390,18 +336,8 @@ fn a_commit_rides_out_the_server_cut_off_for_five_seconds() {
     let begun = s.begin("fc-1", &[]);
     assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
     // 20 days over January and February: two parts, two ATTACHes.
-    let input = write_rows(
-        s.dir.path(),
-        "rows.parquet",
-        &rows_select(0, 100_000),
-        "Parquet",
-    );
-    let built = s
-        .build_cmd("fc-1", "app-6.1", 0)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .unwrap();
+    let input = input_of(&s, 100_000);
+    let built = build(&s, "fc-1", "app-6.1", &input);
     let file = winners(s.dir.path(), &[&manifest_line(&built)]);
     let events = s.dir.path().join("commit.events");
     let commit = crate::cli::chpart()
@@ -437,7 +373,5 @@ fn a_commit_rides_out_the_server_cut_off_for_five_seconds() {
         text(&out)
     );
     assert_eq!(count(&ch, &s.table), "100000\t100000\n");
-    let gc = s.run(&["gc"]);
-    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
-    assert!(s.detached("events").is_empty());
+    assert_gc_leaves_nothing(&s);
 }
