@@ -234,14 +234,7 @@ fn arrow_stream_on_stdin_over_sftp_into_the_target() {
         Some(0)
     );
 
-    // ClickHouse writes DateTime as UInt32 in Arrow; a timestamp is what batch jobs send. Many
-    // batches (7000-row blocks): the engine cannot read such a stream from a pipe (it seeks),
-    // so chpart must not hand it one.
-    let select = format!(
-        "SELECT toDateTime64(ts, 3, 'UTC') AS ts, id, name, score FROM ({}) SETTINGS max_block_size = 7000",
-        rows_select(0, 200_000)
-    );
-    let stream = write_rows(s.dir.path(), "rows.arrows", &select, "ArrowStream");
+    let stream = arrow_stream_of(&s, 200_000);
     let mut child = s
         .build_cmd("bs-1", "app-2.1", 3)
         .args([
@@ -295,6 +288,18 @@ fn arrow_stream_on_stdin_over_sftp_into_the_target() {
     );
 }
 
+/// `rows` generated rows as an Arrow IPC stream file of the test's dir, in many batches
+/// (7000-row blocks: the engine cannot read such a stream from a pipe, it seeks, so chpart must
+/// not hand it one), with `ts` as a timestamp (ClickHouse writes DateTime as UInt32 in Arrow;
+/// a timestamp is what batch jobs send).
+fn arrow_stream_of(s: &Setup, rows: u64) -> PathBuf {
+    let select = format!(
+        "SELECT toDateTime64(ts, 3, 'UTC') AS ts, id, name, score FROM ({}) SETTINGS max_block_size = 7000",
+        rows_select(0, rows)
+    );
+    write_rows(s.dir.path(), "rows.arrows", &select, "ArrowStream")
+}
+
 /// An Arrow stream on stdin is spooled in bounded chunks (here `spool_chunk_mib = 1`, about
 /// 9 MiB of rows): each chunk is built by its own clickhouse-local session while the next is
 /// written, so the work dir never holds more than two chunks, and the parts hold every row
@@ -307,11 +312,7 @@ fn an_arrow_stream_is_built_in_bounded_chunks() {
         exit_code(&s.begin("bc-1", &["--visibility", "part"])),
         Some(0)
     );
-    let select = format!(
-        "SELECT toDateTime64(ts, 3, 'UTC') AS ts, id, name, score FROM ({}) SETTINGS max_block_size = 7000",
-        rows_select(0, 300_000)
-    );
-    let stream = write_rows(s.dir.path(), "rows.arrows", &select, "ArrowStream");
+    let stream = arrow_stream_of(&s, 300_000);
     let work = s.dir.path().join("chunked-work");
     std::fs::create_dir_all(&work).unwrap();
     let mut child = s
