@@ -191,12 +191,7 @@ fn parquet_build_publishes_into_the_shadow_and_attaches() {
         "work dir cleaned up"
     );
 
-    for part in &m.parts {
-        ch.q(&format!(
-            "ALTER TABLE `{}`.`{shadow}` ATTACH PART '{}'",
-            s.db.name, part.name
-        ));
-    }
+    attach_every_part(ch, &format!("`{}`.`{shadow}`", s.db.name), &m);
     assert_eq!(
         ch.q(&format!(
             "SELECT count(), sum(id), countIf(score IS NULL) FROM `{}`.`{shadow}`",
@@ -275,17 +270,19 @@ fn arrow_stream_on_stdin_over_sftp_into_the_target() {
         "events",
         "part visibility publishes into the target itself"
     );
-    for part in &m.parts {
-        ch.q(&format!(
-            "ALTER TABLE {} ATTACH PART '{}'",
-            s.table, part.name
-        ));
-    }
+    attach_every_part(ch, &s.table, &m);
     assert_eq!(
         ch.q(&format!("SELECT count(), uniqExact(id) FROM {}", s.table))
             .trim(),
         "200000\t200000"
     );
+}
+
+/// `ALTER TABLE table ATTACH PART` of every part of `m`, by its exact name.
+fn attach_every_part(ch: &ClickHouse, table: &str, m: &Manifest) {
+    for part in &m.parts {
+        ch.q(&format!("ALTER TABLE {table} ATTACH PART '{}'", part.name));
+    }
 }
 
 /// `rows` generated rows as an Arrow IPC stream file of the test's dir, in many batches
@@ -368,12 +365,7 @@ fn an_arrow_stream_is_built_in_bounded_chunks() {
         m.parts.len(),
         seen.len()
     );
-    for part in &m.parts {
-        ch.q(&format!(
-            "ALTER TABLE {} ATTACH PART '{}'",
-            s.table, part.name
-        ));
-    }
+    attach_every_part(ch, &s.table, &m);
     assert_eq!(
         ch.q(&format!("SELECT count(), uniqExact(id) FROM {}", s.table))
             .trim(),

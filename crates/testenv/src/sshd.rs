@@ -462,12 +462,11 @@ fn spawn_daemon(
     }
 }
 
-/// SIGKILLs `root` and every process descended from it, children first found, so none is
-/// re-parented out of reach before it is killed (the tree is walked from /proc's parent links;
-/// the root is stopped first so it forks no new child meanwhile).
+/// SIGKILLs `root` and every process descended from it. The tree is walked from /proc's
+/// parent links, stopping each process before its children are listed, so none forks a child
+/// the walk misses or is re-parented out of reach before the kills.
 fn kill_tree(root: u32) {
     let signal = |pid: u32, sig| unsafe { libc::kill(pid as libc::pid_t, sig) };
-    signal(root, libc::SIGSTOP);
     let mut pending = vec![root];
     let mut tree = Vec::new();
     while let Some(pid) = pending.pop() {
