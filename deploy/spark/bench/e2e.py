@@ -14,16 +14,20 @@ What runs, in this order (README.md next to this file explains every figure):
    fails, is interrupted or killed, because it watches a pipe from this process. MergeTree
    tables of the DDL of deploy/spark/examples/load_events.py (web events, 10 columns,
    partitioned by day), one per shape and variant.
-2. A local Spark session (local[2]) and, per shape, a DataFrame of that example's generator
-   (deterministic): "hourly", one hour of one day (one table partition) over the tasks;
+2. A local Spark session (local[2]) with the JVM connector's jar on its classpath (spark.jars:
+   --jar, else built by deploy/spark/build-connector.sh; no jar is an error) and, per shape, a
+   DataFrame of that example's generator (deterministic): "hourly", one hour of one day (one table partition) over the tasks;
    "bulk", the hour stretched over 24 days (24 table partitions), each task holding whole days.
    The source checksum runs first (it also warms the JVM and the Python workers); then "Spark
    alone": the same job handing its Arrow batches to Python and discarding them.
 3. --repeat rounds (tables emptied in between, the order alternating), each of every variant:
-   (a) `chpart_spark.write` (local transport: tasks build parts with clickhouse-local and move
-   them into the server's detached/; the driver attaches them); for hourly also (a1), the same
-   rows in one task; (b) `df.mapInArrow` tasks POSTing `INSERT ... FORMAT ArrowStream`, one
-   request per 10,000 rows (the defaults of ClickHouse's own Spark connector). For each: wall
+   (a) `chpart_spark.write` as a user with the jar runs it (via="auto": the JVM connector, whose
+   default layout has Spark cluster the rows by table partition and sort them by the table's
+   ORDER BY before the build; local transport: tasks build parts with clickhouse-local and move
+   them into the server's detached/; the driver attaches them); (a-py) the same through Python
+   tasks (via="python", the job's own partitioning, no shuffle); for hourly also (a1), (a-py)
+   with the rows in one task; (b) `df.mapInArrow` tasks POSTing `INSERT ... FORMAT ArrowStream`,
+   one request per 10,000 rows (the defaults of ClickHouse's own Spark connector). For each: wall
    time, the server process's utime+stime over it and its split by statement (query_log), then
    (its merges stopped, so none lands in another load's figures) the table's uncompressed bytes.
    Then each table is brought to rest: every table partition with more than one part merged
@@ -62,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "deploy" / "spark" / "examples"))
 
 import chpart_spark  # noqa: E402
+from chpart_spark.writer import CONNECTOR_CLASS, connector_loaded  # noqa: E402
 
 sys.dont_write_bytecode = True  # the benchmark writes nothing into the examples directory
 from load_events import COLUMNS, DDL, hour_of_events  # noqa: E402  (the example job's table and generator)
@@ -80,9 +85,17 @@ SHAPES = {
     "bulk": {"what": "bulk reload of history: 24 days in one load, rows clustered by day (each task holds whole days)",
              "hour": "2026-11-01T00", "days": 24, "target_with_merges": 20.0},
 }
+# The chpart variants: how `chpart_spark.write` runs the job (its argument `via`) and what it is
+# given. (a) is what a user with the connector's jar on the classpath gets by default: the JVM
+# connector, whose default layout has Spark cluster the rows by table partition (a shuffle) and
+# sort each task by the table's ORDER BY before the build. (a-py) keeps the job's own
+# partitioning (Python tasks, no shuffle). (a1) is (a-py) with the rows in one task.
+CHPART_VIA = {"chpart": "auto", "chpart_py": "python", "chpart1": "python"}
+VARIANT_TAGS = {"chpart": "(a)", "chpart_py": "(a-py)", "chpart1": "(a1)", "insert": "(b)"}
 VARIANT_LABELS = {
-    "chpart": "(a) chpart_spark.write, local transport",
-    "chpart1": "(a1) chpart, each table partition in 1 task",
+    "chpart": "(a) chpart_spark.write, via the connector",
+    "chpart_py": "(a-py) chpart_spark.write, Python tasks",
+    "chpart1": "(a1) chpart, Python, each partition in 1 task",
     "insert": "(b) HTTP INSERT ArrowStream, {batch:,}-row POSTs",
 }
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -314,7 +327,8 @@ class Meter:
         self.wall = time.monotonic() - self.t0
         self.server_cpu = self.server.cpu() - self.cpu0
         self.machine_cpu = machine_cpu_seconds() - self.machine0
-        self.others_cpu = max(0.0, self.machine_cpu - (tree_cpu_seconds(os.getpid()) - self.tree0))
+        self.tree_cpu = tree_cpu_seconds(os.getpid()) - self.tree0
+        self.others_cpu = max(0.0, self.machine_cpu - self.tree_cpu)
         self.server_t1 = self.server.scalar("SELECT now64(6)")
         return False
 
@@ -373,7 +387,24 @@ def discard_task(batches):
     yield pa.RecordBatch.from_pylist([{"rows": rows}], schema=pa.schema([("rows", pa.int64())]))
 
 
-def start_spark(base, partitions):
+def connector_jar(jar):
+    """The connector's jar: `jar` if given, else built by deploy/spark/build-connector.sh (javac
+    against pyspark's jars, about 10 s), which prints its path. Without it (a) could not run the
+    way a user with the jar runs it, so no jar is a BenchError, never a silent fallback."""
+    if jar:
+        if not Path(jar).is_file():
+            raise BenchError(f"--jar {jar}: no such file")
+        return str(Path(jar).resolve())
+    script = ROOT / "deploy" / "spark" / "build-connector.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    path = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if done.returncode != 0 or not Path(path).is_file():
+        raise BenchError(f"{script} failed (exit {done.returncode}); it is needed for the connector variant:\n"
+                         f"{done.stderr.strip()[-2000:]}")
+    return path
+
+
+def start_spark(base, partitions, jar):
     conf_dir = base / "spark-conf"
     conf_dir.mkdir()
     (conf_dir / "log4j2.properties").write_text(LOG4J2)
@@ -394,9 +425,12 @@ def start_spark(base, partitions):
         .config("spark.local.dir", str(base / "spark-local"))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(partitions))
+        .config("spark.jars", jar)  # the connector, as a user with the jar runs chpart_spark.write
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    if not connector_loaded(spark):
+        raise BenchError(f"{CONNECTOR_CLASS} is not loadable in the Spark session started with spark.jars={jar}")
     return spark
 
 
@@ -434,6 +468,9 @@ def variant_figures(meter, server, table, rows, extra):
         "server_cpu_secs_per_gb": meter.server_cpu / (uncompressed / 1e9),
         "machine_cpu_secs": meter.machine_cpu,
         "other_processes_cpu_secs": meter.others_cpu,
+        # this script's process tree: Spark (driver, executors, Python workers), chpart, clickhouse-local,
+        # the server: the load's whole work, executors' side included
+        "benchmark_cpu_secs": meter.tree_cpu,
         "parts_after_load": parts,
         "table_rows_after_load": table_rows,
         **extra,
@@ -480,10 +517,11 @@ def shape_frames(spark, shape, args):
     spec = SHAPES[shape]
     if spec["days"] is None:
         df = hour_of_events(spark, spec["hour"], args.rows, args.partitions)
-        # (a1): the same rows in one task, so the load makes one part of its one table partition
-        return df, {"chpart": df, "chpart1": df.coalesce(1), "insert": df}
+        # (a1): the same rows in one task, so the Python tasks make one part of its one table
+        # partition (through the connector, coalesce(1) would be undone by the layout's shuffle)
+        return df, {"chpart": df, "chpart_py": df, "chpart1": df.coalesce(1), "insert": df}
     df = days_of_events(spark, spec["hour"], args.bulk_rows, args.partitions, spec["days"])
-    return df, {"chpart": df, "insert": df}
+    return df, {"chpart": df, "chpart_py": df, "insert": df}
 
 
 def run_shape(shape, spark, server, config, chpart, args):
@@ -564,8 +602,10 @@ def run(args, base):
         (base / "work").mkdir()
         write_chpart_config(config, server, base / "work")
 
-        say(f"starting Spark (local[2]), {args.partitions} partitions")
-        spark = start_spark(base, args.partitions)
+        jar = connector_jar(args.jar)
+        result["connector_jar"] = jar
+        say(f"starting Spark (local[2]), {args.partitions} partitions, the connector on its classpath: {jar}")
+        spark = start_spark(base, args.partitions, jar)
         try:
             t = time.monotonic()
             idle0 = server.cpu()
@@ -591,9 +631,17 @@ def one_round(order, frames, tables, rows, server, config, chpart, args):
             say(f"    {VARIANT_LABELS[name]} -> {table}")
             load_id = f"e2e-{name}-{time.strftime('%Y%m%dT%H%M%S')}"
             with Meter(server) as m:
-                summary = chpart_spark.write(df, table=table, load_id=load_id, config=str(config), chpart=str(chpart))
-            extra = {"load_id": load_id, "phases_secs": summary["seconds"], "parts_attached": summary["parts"],
-                     "spark_tasks": summary["spark_partitions"]}
+                summary = chpart_spark.write(df, table=table, load_id=load_id, config=str(config), chpart=str(chpart),
+                                             via=CHPART_VIA[name])
+            expected = "connector" if CHPART_VIA[name] == "auto" else CHPART_VIA[name]
+            if summary["via"] != expected:
+                raise BenchError(f"{name}: chpart_spark.write ran its job via {summary['via']!r}, not {expected!r}")
+            # Which tasks built parts: through the connector, the layout's shuffle may leave tasks
+            # empty (the hourly shape's one day lands in one task). Asked after the meter stopped.
+            (load,) = chpart_spark.status(str(config), load_id, chpart=str(chpart))
+            extra = {"load_id": load_id, "via": summary["via"], "phases_secs": summary["seconds"],
+                     "parts_attached": summary["parts"], "spark_tasks": summary["spark_partitions"],
+                     "tasks_with_parts": sum(1 for a in load["attempts"] if a["won"] and a["parts"])}
             loaded = summary["rows"]
         else:
             say(f"    (b) Spark tasks POST INSERT ... FORMAT ArrowStream, {args.insert_batch_rows:,} rows per "
@@ -660,6 +708,18 @@ def miss_reason(a, b, goal):
                    f"chpart's load in CPU s/GB by statement: {top}")
 
 
+def tradeoff_text(a, py):
+    """(a), the connector's layout, against (a-py), the job's own partitioning: what the layout's
+    shuffle costs on the executors against the merges it saves the server."""
+    return (f"layout: (a) clustered by table partition, {a['parts_after_load']} part(s) built by "
+            f"{a['tasks_with_parts']} of {a['spark_tasks']} task(s), against (a-py)'s {py['parts_after_load']} part(s) "
+            f"from {py['tasks_with_parts']} task(s): server CPU to rest {a['merge_server_cpu_secs']:.2f}s against "
+            f"{py['merge_server_cpu_secs']:.2f}s; the benchmark's processes (Spark with the layout's shuffle and sort, "
+            f"chpart build, the server) {a['benchmark_cpu_secs']:.1f} CPU s against {py['benchmark_cpu_secs']:.1f}, "
+            f"wall {a['wall_secs']:.1f}s against {py['wall_secs']:.1f}s. The trade-off is tasks per table partition "
+            f"against merges: the shuffle is paid on the executors, a merge on the server")
+
+
 def breakdown_text(f):
     """The load's server CPU per statement class, and the rest (background: merges, logs, idle)."""
     items = [f"{c} {cpu:.2f}s ({n})" for c, n, cpu in f["statements"]]
@@ -702,9 +762,17 @@ def print_report(result):
         for name, f in v.items():
             if name.startswith("chpart"):
                 ph = f["phases_secs"]
-                print(f"{name}: begin {ph['begin']:.2f}s, Spark job with chpart build {ph['job']:.1f}s, commit "
-                      f"{ph['commit']:.2f}s; {f['parts_attached']} part(s) attached from {f['spark_tasks']} task(s)")
+                if f["via"] == "connector":
+                    how = (f"df.write.format(\"chpart\").save() {ph['write']:.1f}s (begin, the Spark job with the "
+                           f"layout's shuffle and sort and chpart build, commit)")
+                else:
+                    how = (f"begin {ph['begin']:.2f}s, Spark job with chpart build {ph['job']:.1f}s, commit "
+                           f"{ph['commit']:.2f}s")
+                print(f"{name} via {f['via']}: {how}; {f['parts_attached']} part(s) attached, built by "
+                      f"{f['tasks_with_parts']} of {f['spark_tasks']} task(s)")
         print(f"insert: {v['insert']['inserts']} INSERT requests from {v['insert']['spark_tasks']} tasks")
+        if "chpart_py" in v:
+            print(tradeoff_text(v["chpart"], v["chpart_py"]))
         for name, f in v.items():
             print(f"{name}: the load's server CPU by statement (query_log): " + breakdown_text(f))
         for name, f in v.items():
@@ -725,7 +793,7 @@ def print_report(result):
                   f"{'identical' if c['equal'] else 'DIFFERENT'}")
         print("targets:")
         for name, t in r["targets"].items():
-            tag = "(a)" if name == "chpart" else "(a1)"
+            tag = VARIANT_TAGS[name]
             c = t["cpu_ratio_with_merges"]
             primary = name == "chpart"
             print(f"  {shape} {tag}: server CPU per GB with merges until at rest, (b) / {tag} = {c['value']:.1f}x "
@@ -749,16 +817,19 @@ def draw_chart(result, path):
 
     p = result["params"]
     shapes = list(result["shapes"].items())
-    colors = {"chpart": "#2b7bba", "chpart1": "#7fb2dc", "insert": "#d9622b"}
-    fig, axes = plt.subplots(1, len(shapes), figsize=(6.5 * len(shapes), 6.2), squeeze=False)
+    colors = {"chpart": "#2b7bba", "chpart_py": "#5a9bd0", "chpart1": "#9cc4e4", "insert": "#d9622b"}
+    fig, axes = plt.subplots(1, len(shapes), figsize=(7.5 * len(shapes), 6.4), squeeze=False)
     for ax, (shape, r) in zip(axes[0], shapes):
         v = r["variants"]
         names = list(v)
         labels = []
         for name in names:
             f = v[name]
-            short = {"chpart": f"chpart\n{f['spark_tasks']} tasks", "chpart1": "chpart\n1 task per partition",
-                     "insert": f"HTTP INSERT\n{p['insert_batch_rows'] // 1000}k-row POSTs"}[name]
+            short = {"chpart": f"(a) chpart, connector\nlayout: {f.get('tasks_with_parts', '?')} of "
+                               f"{f['spark_tasks']} tasks built",
+                     "chpart_py": f"(a-py) chpart, Python\n{f['spark_tasks']} tasks",
+                     "chpart1": "(a1) chpart, Python\n1 task per partition",
+                     "insert": f"(b) HTTP INSERT\n{p['insert_batch_rows'] // 1000}k-row POSTs"}[name]
             labels.append(f"{short}\n{f['wall_secs']:.1f} s wall")
         load = [v[n]["server_cpu_secs_per_gb"] for n in names]
         merge = [v[n]["merge_server_cpu_secs_per_gb"] for n in names]
@@ -779,8 +850,10 @@ def draw_chart(result, path):
         title = (f"{shape}: {r['rows'] / 1e6:g}M events, {r['days']} day partition(s), {r['spark_partitions']} tasks\n"
                  f"INSERT / chpart with merges: {t['value']:.1f}x (target >= {t['target']:.0f}x: "
                  f"{'PASS' if t['pass'] else 'MISS'})")
-        if "chpart1" in r["targets"]:
-            title += f"; 1 task per partition: {r['targets']['chpart1']['cpu_ratio_with_merges']['value']:.1f}x"
+        others = [f"{VARIANT_TAGS[n]} {t['cpu_ratio_with_merges']['value']:.1f}x" for n, t in r["targets"].items()
+                  if n != "chpart"]
+        if others:
+            title += "; " + ", ".join(others)
         ax.set_title(title, fontsize=10.5)
         ax.legend(loc="upper left", fontsize=8.5, frameon=False)
         ax.spines[["top", "right"]].set_visible(False)
@@ -820,6 +893,7 @@ def main():
                    help="rounds of both loads; the order alternates, each variant's fastest round is reported")
     p.add_argument("--first", default="chpart", choices=["chpart", "insert"], help="which load runs first in round 1")
     p.add_argument("--chpart", default=str(ROOT / "target" / "release" / "chpart"), help="the chpart binary")
+    p.add_argument("--jar", help="the connector's jar (default: built by deploy/spark/build-connector.sh)")
     p.add_argument("--out-dir", default=str(ROOT / "docs"), help="where e2e-benchmark.json and .png go")
     p.add_argument("--idle-secs", type=float, default=3, help="how long the idle server's CPU is sampled")
     p.add_argument("--work-dir", help="where the temp directory is made (default: the system's)")
