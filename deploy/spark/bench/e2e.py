@@ -16,8 +16,9 @@ What runs, in this order (README.md next to this file explains every figure):
    partitioned by day), one per shape and variant.
 2. A local Spark session (local[2]) with the JVM connector's jar on its classpath (spark.jars:
    --jar, else built by deploy/spark/build-connector.sh; no jar is an error) and, per shape, a
-   DataFrame of that example's generator (deterministic): "hourly", one hour of one day (one table partition) over the tasks;
-   "bulk", the hour stretched over 24 days (24 table partitions), each task holding whole days.
+   DataFrame of that example's generator (deterministic): "hourly", one hour of one day (one
+   table partition) over the tasks; "bulk", the hour stretched over 24 days (24 table
+   partitions), each task holding whole days.
    The source checksum runs first (it also warms the JVM and the Python workers); then "Spark
    alone": the same job handing its Arrow batches to Python and discarding them.
 3. --repeat rounds (tables emptied in between, the order alternating), each of every variant:
@@ -825,11 +826,14 @@ def draw_chart(result, path):
         labels = []
         for name in names:
             f = v[name]
-            short = {"chpart": f"(a) chpart, connector\nlayout: {f.get('tasks_with_parts', '?')} of "
-                               f"{f['spark_tasks']} tasks built",
-                     "chpart_py": f"(a-py) chpart, Python\n{f['spark_tasks']} tasks",
-                     "chpart1": "(a1) chpart, Python\n1 task per partition",
-                     "insert": f"(b) HTTP INSERT\n{p['insert_batch_rows'] // 1000}k-row POSTs"}[name]
+            if name == "chpart":
+                short = f"(a) chpart, connector\nlayout: {f['tasks_with_parts']} of {f['spark_tasks']} tasks built"
+            elif name == "chpart_py":
+                short = f"(a-py) chpart, Python\n{f['spark_tasks']} tasks"
+            elif name == "chpart1":
+                short = "(a1) chpart, Python\n1 task per partition"
+            else:
+                short = f"(b) HTTP INSERT\n{p['insert_batch_rows'] // 1000}k-row POSTs"
             labels.append(f"{short}\n{f['wall_secs']:.1f} s wall")
         load = [v[n]["server_cpu_secs_per_gb"] for n in names]
         merge = [v[n]["merge_server_cpu_secs_per_gb"] for n in names]
@@ -850,8 +854,8 @@ def draw_chart(result, path):
         title = (f"{shape}: {r['rows'] / 1e6:g}M events, {r['days']} day partition(s), {r['spark_partitions']} tasks\n"
                  f"INSERT / chpart with merges: {t['value']:.1f}x (target >= {t['target']:.0f}x: "
                  f"{'PASS' if t['pass'] else 'MISS'})")
-        others = [f"{VARIANT_TAGS[n]} {t['cpu_ratio_with_merges']['value']:.1f}x" for n, t in r["targets"].items()
-                  if n != "chpart"]
+        others = [f"{VARIANT_TAGS[n]} {alt['cpu_ratio_with_merges']['value']:.1f}x"
+                  for n, alt in r["targets"].items() if n != "chpart"]
         if others:
             title += "; " + ", ".join(others)
         ax.set_title(title, fontsize=10.5)
