@@ -367,10 +367,13 @@ fn a_commit_rides_out_the_server_cut_off_for_five_seconds() {
         dropped > 0,
         "the cut dropped nothing: the commit had ended before it"
     );
+    // A statement that may be resent was retried, or one that may not (a MOVE) ended the
+    // attempt and the commit resumed from the ledger and a fresh observation: which one
+    // depends on the statement in flight when the cut began.
+    let out = text(&out);
     assert!(
-        text(&out).contains(": retry "),
-        "the commit retried after the cut: {}",
-        text(&out)
+        out.contains(": retry ") || out.contains("resuming (1)"),
+        "the commit did not ride out the cut: {out}"
     );
     assert_eq!(count(&ch, &s.table), "100000\t100000\n");
     assert_gc_leaves_nothing(&s);

@@ -410,10 +410,14 @@ fn a_server_restarted_mid_commit_is_ridden_out_within_the_deadline() {
         let out = commit.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{row}: {}", text(&out));
         if killed {
+            // The restart hit the commit in flight: a request was retried, or ATTACHes failed
+            // and were decided again from the server (which of the two depends on what was in
+            // flight when it died: the ATTACHes are the commit's only statements between two
+            // ledger writes).
+            let out = text(&out);
             assert!(
-                text(&out).contains("retry"),
-                "{row}: the commit retried: {}",
-                text(&out)
+                out.contains("retry") || out.contains("deciding again from what the server shows"),
+                "{row}: the commit did not see the restart: {out}"
             );
         }
         env.assert_exactly_once(&built, &row);

@@ -25,9 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use chpart_build::{
-    digest_part, inspect_parts, local_args, local_table_ddl, rewrite_query, split_listings,
-    ttl_due, BuildSession, BuiltPart, FileSource, LocalCommand, LocalIdentity, Rewrite, RunError,
-    WorkDir,
+    digest_part, inspect_parts, local_args, local_table_ddl, rewrite_query, runner::IDENTITY_QUERY,
+    split_listings, ttl_due, BuildSession, BuiltPart, FileSource, LocalCommand, LocalIdentity,
+    Rewrite, RunError, WorkDir,
 };
 use chpart_core::manifest::{FileEntry, Manifest, OtherDisk, PartEntry, Phases, Target};
 use chpart_core::{
@@ -469,11 +469,6 @@ fn run_clickhouse_local(
     };
     let data = work.path().join("clickhouse");
 
-    // The identity query runs beside the build: it costs one process start-up, not a serial
-    // one. Its answer is checked before anything leaves this host.
-    let identify_cmd = local.clone();
-    let identity = std::thread::spawn(move || identify_cmd.identify());
-
     let session_for = |plan: &InputPlan| -> Result<BuildSession, BuildError> {
         match routed {
             None => Ok(BuildSession::single(
@@ -492,13 +487,24 @@ fn run_clickhouse_local(
             }
         }
     };
-    let (output, rows) = match input {
+    // The engine's version and time zone (checked before anything leaves this host) are the
+    // first line the build's own session prints: no process start-up of their own.
+    let (output, rows, identity) = match input {
         Input::Parquet(paths) => {
             let (files, plan, rows) = parquet_sources(&paths, &target)?;
             let query = session_for(&plan)?.query(true, files).map_err(build_err)?;
-            (local.run(&local_args(&data, &query))?, rows)
+            let query = format!("{IDENTITY_QUERY};\n{query}");
+            let output = local.run(&local_args(&data, &query))?;
+            let split = output.iter().position(|b| *b == b'\n');
+            let (first, listing) = output.split_at(split.map_or(output.len(), |at| at + 1));
+            let identity = local.identity_of(&String::from_utf8_lossy(first))?;
+            (listing.to_vec(), rows, identity)
         }
         Input::ArrowStream(reader) => {
+            // Chunked sessions: the identity query runs beside them (one process start-up,
+            // not a serial one).
+            let identify_cmd = local.clone();
+            let identity = std::thread::spawn(move || identify_cmd.identify());
             // The stream is checked batch by batch on its way into files of this attempt's
             // work dir, and clickhouse-local reads those. It cannot read the stream from a
             // pipe: the 26.9 engine's ArrowStream reader seeks in its input, which fails on a
@@ -516,7 +522,10 @@ fn run_clickhouse_local(
                 &structure,
                 env.spool_chunk_bytes,
             )?;
-            (output, stats.rows)
+            let identity = identity
+                .join()
+                .map_err(|_| BuildError::Build("the version query panicked".into()))??;
+            (output, stats.rows, identity)
         }
     };
     let (tables, inserted): (Vec<String>, Vec<Vec<BuiltPart>>) = match routed {
@@ -535,9 +544,6 @@ fn run_clickhouse_local(
             (tables.iter().map(|(t, _)| t.clone()).collect(), inserted)
         }
     };
-    let identity = identity
-        .join()
-        .map_err(|_| BuildError::Build("the version query panicked".into()))??;
     check_local(&local, spec, &identity)?;
     let engine = &spec.publish_snapshot.shape.engine;
     // Every engine: the inserts fold nothing (optimize_on_insert = 0), so the parts hold exactly

@@ -1,13 +1,18 @@
 //! `commit`: attach exactly the winning attempts' parts, resumably, and make them visible.
 //!
 //! ```text
-//!  Planned:   winners (what collect() returned) ─► validate ─► verify in detached/ ─► ledger: plan
-//!  Claimed:   (part visibility) ledger: decision ─► stop the shadow's merges
-//!  Attached:  per part: observe ─► decide_part ─► [attach: intent] ─► ATTACH PART ─► [attached:]
-//!  Published: (partition visibility) check the shadow ─► ledger: decision ─► per partition:
-//!             observe ─► decide_partition ─► [publish: intent] ─► MOVE / REPLACE ─► [published:]
-//!  committed: ledger: commit
+//!  Planned:   winners (what collect() returned) ─► validate ─► verify in detached/
+//!  Claimed:   (part visibility) ledger: plan ─► stop the shadow's merges
+//!  Attached:  per batch: observe ─► decide_part ─► [attach: intents + the plan (partition
+//!             visibility) or the decision (part visibility)] ─► ATTACH PART (outcome noted)
+//!  Published: (partition visibility) check the shadow ─► per partition: observe ─►
+//!             decide_partition ─► [publish: intents + the decision + noted outcomes] ─►
+//!             MOVE / REPLACE (outcome noted)
+//!  committed: ledger: noted outcomes + commit
 //! ```
+//!
+//! `[...]` is one ledger INSERT: a commit writes the ledger once per phase (see `Progress`
+//! and `record_once`).
 //!
 //! Each stage is a type only the stage before makes ([`commit`]), so no step can run before
 //! the ones it depends on.
@@ -34,7 +39,9 @@ use chpart_server::{quote_str, quote_table, ClickHouseServer, ServerError};
 use crate::events::Step;
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::{kind, Decision, LoadSpec, LoadState, LoadView, Mode, Visibility};
+use crate::ledger::{
+    kind, Decision, DecisionBody, LoadSpec, LoadState, LoadView, Mode, Visibility, DECISION_ENTRY,
+};
 use crate::observe::{
     crash_point, reclaim, table_parts, verify_part, ActivePart, ClaimCheck, TableParts, Verify,
     VerifyError,
@@ -434,37 +441,141 @@ async fn check_tables(
     Ok(())
 }
 
-/// Claims the load for this commit (see [`crate::ledger`]): fails with `Aborted` if an abort
-/// claimed it first; then no abort can remove anything of it any more.
-async fn decide_commit(env: &CommitEnv<'_>, load: &LoadId) -> Result<(), CommitError> {
-    env.ledger.decide(load, Decision::Commit).await?;
-    let view = env.ledger.view(load, crate::KNOWN_KINDS).await?;
-    match view.decision {
-        Some(Decision::Commit) => {
-            crash_point("after-decision");
-            Ok(())
+/// What a commit knows of its load's progress: the ledger as last read, plus the facts this
+/// run established and has not written yet (attach outcomes, partitions found published, the
+/// last MOVEs). The next ledger INSERT of the run carries them, so a commit writes the ledger
+/// once per phase, not once per step. Losing them to a crash loses nothing: each one's intent
+/// is recorded, and the next run decides it again from the server.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    /// Recorded, or established by this run.
+    known: CommitProgress,
+    /// Established by this run, not yet written.
+    unrecorded: Vec<CommitEntry>,
+}
+
+impl Progress {
+    fn of(view: &LoadView) -> Result<Progress, CommitError> {
+        Ok(Progress {
+            known: progress_of(view)?,
+            unrecorded: Vec::new(),
+        })
+    }
+
+    /// The ledger as `view` shows it, plus what this run has not written yet.
+    fn refresh(&mut self, view: &LoadView) -> Result<(), CommitError> {
+        let mut known = progress_of(view)?;
+        for entry in &self.unrecorded {
+            known.record(entry.clone());
         }
-        _ => Err(CommitError::Aborted(load.clone())),
+        self.known = known;
+        Ok(())
+    }
+
+    /// A fact this run established, written by its next ledger INSERT.
+    fn note(&mut self, entry: CommitEntry) {
+        self.known.record(entry.clone());
+        self.unrecorded.push(entry);
+    }
+
+    /// `entries` (with their bodies) after every unrecorded fact, as ledger rows; the facts
+    /// count as written from here on (a failed INSERT ends the run).
+    fn rows_with_unrecorded(
+        &mut self,
+        entries: Vec<(CommitEntry, String)>,
+    ) -> Vec<(String, &'static str, String)> {
+        std::mem::take(&mut self.unrecorded)
+            .into_iter()
+            .map(|e| (e, "{}".to_owned()))
+            .chain(entries)
+            .map(|(e, body)| (e.id(), entry_kind(&e), body))
+            .collect()
     }
 }
 
-/// Records several entries of one kind in one ledger INSERT (all or none).
-async fn record_many(
+/// The ledger kind of a commit entry.
+fn entry_kind(entry: &CommitEntry) -> &'static str {
+    match entry {
+        CommitEntry::Plan => kind::COMMIT_PLANNED,
+        CommitEntry::AttachIntent(_) => kind::ATTACH_INTENT,
+        CommitEntry::Attached(_) => kind::PART_ATTACHED,
+        CommitEntry::PublishIntent(_) => kind::PUBLISH_INTENT,
+        CommitEntry::Published(_) => kind::PARTITION_PUBLISHED,
+        CommitEntry::Commit => kind::LOAD_COMMITTED,
+    }
+}
+
+/// Whether `progress` holds `entry`.
+fn holds(progress: &CommitProgress, entry: &CommitEntry) -> bool {
+    match entry {
+        CommitEntry::Plan => true,
+        CommitEntry::AttachIntent(p) => progress.attach_intents.contains(p),
+        CommitEntry::Attached(p) => progress.attached.contains(p),
+        CommitEntry::PublishIntent(p) => progress.publish_intents.contains(p),
+        CommitEntry::Published(p) => progress.published.contains(p),
+        CommitEntry::Commit => progress.committed,
+    }
+}
+
+/// Writes `entries` and every fact `progress` has not written yet, in one ledger INSERT.
+async fn record(
     env: &CommitEnv<'_>,
     load: &LoadId,
-    progress: &mut CommitProgress,
-    entries: Vec<CommitEntry>,
-    kind: &str,
+    progress: &mut Progress,
+    entries: Vec<(CommitEntry, String)>,
 ) -> Result<(), CommitError> {
-    let rows: Vec<(String, &str, String)> = entries
-        .iter()
-        .map(|e| (e.id(), kind, "{}".to_owned()))
-        .collect();
-    env.ledger.append_many(load, &rows).await?;
-    for entry in entries {
-        progress.record(entry);
+    for (entry, _) in &entries {
+        progress.known.record(entry.clone());
+    }
+    let rows = progress.rows_with_unrecorded(entries);
+    if !rows.is_empty() {
+        env.ledger.append_many(load, &rows).await?;
     }
     Ok(())
+}
+
+/// Writes the load's one `fact` (its plan or its decision: `(entry id, kind, body)`, sent with
+/// that fact's deduplication token, see [`Ledger::append_once_with`]) with `riders` and every
+/// fact `progress` has not written yet in one INSERT, then reads the load back: `accept`
+/// judges the view (whose plan or decision the server kept); once accepted, riders the view
+/// lacks (the server kept another writer's block) are written on their own, so each is durable
+/// before this returns, as its step needs (an intent before its ATTACH or MOVE).
+async fn record_once(
+    env: &CommitEnv<'_>,
+    load: &LoadId,
+    progress: &mut Progress,
+    fact: (&str, &'static str, String),
+    riders: Vec<(CommitEntry, String)>,
+    crash_after: &str,
+    accept: impl FnOnce(&LoadView) -> Result<(), CommitError>,
+) -> Result<LoadView, CommitError> {
+    let (entry_id, fact_kind, body) = fact;
+    let carried: Vec<(CommitEntry, String)> = progress
+        .unrecorded
+        .iter()
+        .map(|e| (e.clone(), "{}".to_owned()))
+        .chain(riders.iter().cloned())
+        .collect();
+    let mut rows = vec![(entry_id.to_owned(), fact_kind, body)];
+    rows.extend(progress.rows_with_unrecorded(riders));
+    env.ledger.append_once_with(load, entry_id, &rows).await?;
+    crash_point(crash_after);
+    let view = env.ledger.view(load, crate::KNOWN_KINDS).await?;
+    accept(&view)?;
+    let read = progress_of(&view)?;
+    let missing: Vec<(String, &str, String)> = carried
+        .iter()
+        .filter(|(e, _)| !holds(&read, e))
+        .map(|(e, body)| (e.id(), entry_kind(e), body.clone()))
+        .collect();
+    if !missing.is_empty() {
+        env.ledger.append_many(load, &missing).await?;
+    }
+    progress.refresh(&view)?;
+    for (entry, _) in carried {
+        progress.known.record(entry);
+    }
+    Ok(view)
 }
 
 /// Commits `req.load` with exactly `req.winners`, or finishes a commit that was interrupted.
@@ -498,6 +609,12 @@ pub(crate) async fn commit_viewed(
         Ok(Opened::Planned(planned)) => planned,
         Err(e) => return whole.end(step.end(Err(e))),
     };
+    let mut planned = planned;
+    if req.prepare_only && !planned.plan_recorded {
+        if let Err(e) = planned.record_plan(env, Vec::new()).await {
+            return whole.end(step.end(Err(e)));
+        }
+    }
     let summary = planned.summary();
     let spec = planned.spec.clone();
     let counted = |step: Step| {
@@ -554,7 +671,12 @@ enum Opened {
 struct Planned {
     spec: LoadSpec,
     plan: CommitPlan,
-    progress: CommitProgress,
+    /// The plan is in the ledger (this commit's or an earlier run's). A new plan is written
+    /// by the first ledger INSERT the commit needs anyway: with the first attach intents
+    /// (partition visibility), alone before the decision (part visibility), or alone for
+    /// `--prepare-only`.
+    plan_recorded: bool,
+    progress: Progress,
     verify: Verify,
     /// The load's decision is this commit's (won by this run or an earlier one).
     decided: bool,
@@ -579,12 +701,11 @@ struct Attached {
     observed_shadow: Option<TableParts>,
 }
 
-/// Stage 4: every partition is in the target (partition visibility); the entries of the last
-/// round's moves go into the commit's own INSERT.
+/// Stage 4: every partition is in the target (partition visibility); the facts not written
+/// yet (the last round's moves) go into the commit's own INSERT.
 struct Published {
     planned: Box<Planned>,
     attached_now: usize,
-    unrecorded: Vec<CommitEntry>,
 }
 
 impl Planned {
@@ -593,7 +714,94 @@ impl Planned {
     }
 
     fn phase(&self) -> CommitPhase {
-        commit_phase(Some(&self.plan), &self.progress)
+        commit_phase(Some(&self.plan), &self.progress.known)
+    }
+
+    /// Writes the plan, with `riders` (the first attach intents) in the same INSERT, and
+    /// goes on only if the plan the server kept is this commit's (another driver may commit
+    /// other winners).
+    async fn record_plan(
+        &mut self,
+        env: &CommitEnv<'_>,
+        riders: Vec<(CommitEntry, String)>,
+    ) -> Result<(), CommitError> {
+        let load = self.spec.load.clone();
+        let mine = self.plan.clone();
+        let conflict = |recorded: &CommitPlan| {
+            plan_matches(recorded, &mine).map_err(|c| CommitError::PlanConflict {
+                load: load.clone(),
+                conflict: Box::new(c),
+            })
+        };
+        let fact = (PLAN_ENTRY, kind::COMMIT_PLANNED, mine.to_json());
+        let view = record_once(
+            env,
+            &load,
+            &mut self.progress,
+            fact,
+            riders,
+            "after-plan",
+            |v| recorded_plan(v)?.map_or(Ok(()), |recorded| conflict(&recorded)),
+        )
+        .await?;
+        if let Some(recorded) = recorded_plan(&view)? {
+            self.plan = recorded;
+        }
+        self.plan_recorded = true;
+        Ok(())
+    }
+
+    /// Claims the load for this commit (see [`crate::ledger`]), with `riders` (the intents of
+    /// the first step it allows) in the same INSERT: fails with `Aborted` if an abort claimed
+    /// it first; then no abort can remove anything of it any more.
+    async fn decide(
+        &mut self,
+        env: &CommitEnv<'_>,
+        riders: Vec<(CommitEntry, String)>,
+    ) -> Result<(), CommitError> {
+        let load = self.spec.load.clone();
+        let body = serde_json::to_string(&DecisionBody {
+            decision: Decision::Commit,
+        })
+        .expect("a decision serializes");
+        let fact = (DECISION_ENTRY, kind::DECIDED, body);
+        record_once(
+            env,
+            &load,
+            &mut self.progress,
+            fact,
+            riders,
+            "after-decision",
+            |v| match v.decision {
+                Some(Decision::Commit) => Ok(()),
+                _ => Err(CommitError::Aborted(load.clone())),
+            },
+        )
+        .await?;
+        self.decided = true;
+        Ok(())
+    }
+
+    /// Records the attach intents of `parts` before their ATTACHes: with the plan if it is
+    /// not recorded yet, with the decision if the first ATTACH is visible (part visibility),
+    /// else on their own (each with the facts not written yet).
+    async fn record_attach_intents(
+        &mut self,
+        env: &CommitEnv<'_>,
+        parts: &[PartName],
+    ) -> Result<(), CommitError> {
+        let intents = parts
+            .iter()
+            .map(|p| (CommitEntry::AttachIntent(p.clone()), "{}".to_owned()))
+            .collect();
+        if !self.plan_recorded {
+            self.record_plan(env, intents).await
+        } else if self.spec.visibility == Visibility::Part && !self.decided {
+            self.decide(env, intents).await
+        } else {
+            let load = self.spec.load.clone();
+            record(env, &load, &mut self.progress, intents).await
+        }
     }
 
     /// Opens the commit: the load's state, the winners (given, or the recorded plan's), the
@@ -687,8 +895,8 @@ impl Planned {
             tables.push((&spec.target, &spec.target_snapshot));
         }
         check_tables(env, &load, &tables).await?;
-        let mut progress = progress_of(&view)?;
-        let observed = verify_waiting_parts(env, &spec, &winners, &progress, verify).await?;
+        let progress = Progress::of(&view)?;
+        let observed = verify_waiting_parts(env, &spec, &winners, &progress.known, verify).await?;
         let data_paths: HashMap<PartName, RemotePath> = winners
             .manifests()
             .values()
@@ -699,35 +907,24 @@ impl Planned {
             })
             .collect();
 
-        let plan = match recorded_plan(&view)? {
+        // One plan per load: the server keeps the first plan written and a commit goes on only
+        // if that is its own. A new plan is written by the commit's first ledger INSERT
+        // (`Planned::record_plan`), before anything of the load is attached.
+        let (plan, plan_recorded) = match recorded_plan(&view)? {
             Some(recorded) => {
                 plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
                     load: load.clone(),
                     conflict: Box::new(c),
                 })?;
-                recorded
+                (recorded, true)
             }
-            None => {
-                // One plan per load: the server keeps the first plan written and this commit
-                // goes on only if that is its own (another driver may commit other winners).
-                env.ledger
-                    .append_once(&load, PLAN_ENTRY, kind::COMMIT_PLANNED, &new_plan.to_json())
-                    .await?;
-                crash_point("after-plan");
-                let view = env.ledger.view(&load, crate::KNOWN_KINDS).await?;
-                let recorded = recorded_plan(&view)?.unwrap_or_else(|| new_plan.clone());
-                plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
-                    load: load.clone(),
-                    conflict: Box::new(c),
-                })?;
-                progress = progress_of(&view)?;
-                recorded
-            }
+            None => (new_plan, false),
         };
         Ok(Opened::Planned(Box::new(Planned {
             decided: view.decision == Some(Decision::Commit),
             spec,
             plan,
+            plan_recorded,
             progress,
             verify,
             data_paths,
@@ -741,9 +938,10 @@ impl Planned {
 
     /// Stage 2 (see `Claimed`).
     async fn claim(mut self: Box<Self>, env: &CommitEnv<'_>) -> Result<Claimed, CommitError> {
-        if self.spec.visibility == Visibility::Part && !self.decided {
-            decide_commit(env, &self.spec.load).await?;
-            self.decided = true;
+        if self.spec.visibility == Visibility::Part && !self.plan_recorded {
+            // The decision has a token of its own: the plan goes first, alone. The decision
+            // is written with the first attach intents, before the first ATTACH.
+            self.record_plan(env, Vec::new()).await?;
         }
         if self.spec.publish != self.spec.target {
             // Again on every run: a server restart since `begin` lets the shadow merge.
@@ -762,13 +960,15 @@ impl Claimed {
         let mut observed_shadow = None;
         while let CommitPhase::AttachParts { .. } = p.phase() {
             let first = p.observed.take();
-            attached_now +=
-                attach_parts(env, &p.spec, &p.plan, &mut p.progress, &p.data_paths, first).await?;
-            // Continue from the ledger as reconcile read it: a concurrent commit may have
-            // moved on meanwhile.
-            let (read, observed) = reconcile_attached(env, &p.spec, &p.plan, p.verify).await?;
-            p.progress = read;
-            observed_shadow = Some(observed);
+            attached_now += attach_parts(env, &mut p, first).await?;
+            observed_shadow = reconcile_attached(env, &mut p).await?;
+        }
+        // Nothing was left to attach: the plan and (part visibility) the decision alone.
+        if !p.plan_recorded {
+            p.record_plan(env, Vec::new()).await?;
+        }
+        if p.spec.visibility == Visibility::Part && !p.decided {
+            p.decide(env, Vec::new()).await?;
         }
         Ok(Attached {
             planned: p,
@@ -788,30 +988,21 @@ impl Attached {
             attached_now,
             mut observed_shadow,
         } = self;
-        let mut unrecorded = Vec::new();
         while let CommitPhase::PublishPartitions { .. } = p.phase() {
             let Some(observed) = observed_shadow.take() else {
                 // Resumed with every part attached: what waits in the shadow is checked by
                 // this run too before any of it becomes visible.
-                let (read, observed) = reconcile_attached(env, &p.spec, &p.plan, p.verify).await?;
-                p.progress = read;
-                observed_shadow = Some(observed);
+                observed_shadow = reconcile_attached(env, &mut p).await?;
                 continue;
             };
             if p.spec.mode == Mode::Replace {
-                check_replace_overlap(env, &p.spec, &p.plan, &p.progress).await?;
+                check_replace_overlap(env, &p.spec, &p.plan, &p.progress.known).await?;
             }
-            if !p.decided {
-                decide_commit(env, &p.spec.load).await?;
-                p.decided = true;
-            }
-            unrecorded =
-                publish_partitions(env, &p.spec, &p.plan, &mut p.progress, Some(observed)).await?;
+            publish_partitions(env, &mut p, Some(observed)).await?;
         }
         Ok(Published {
             planned: p,
             attached_now,
-            unrecorded,
         })
     }
 }
@@ -825,9 +1016,8 @@ impl Published {
         started: Instant,
     ) -> Result<CommitOutcome, CommitError> {
         let Published {
-            planned: p,
+            planned: mut p,
             attached_now,
-            unrecorded,
         } = self;
         let summary = p.summary();
         match p.phase() {
@@ -835,13 +1025,14 @@ impl Published {
             CommitPhase::MarkCommitted => {
                 crash_point("before-commit");
                 let body = serde_json::to_string(&summary).expect("a summary serializes");
-                let mut rows: Vec<(String, &str, String)> = unrecorded
-                    .into_iter()
-                    .map(|e: CommitEntry| (e.id(), kind::PARTITION_PUBLISHED, "{}".to_owned()))
-                    .collect();
-                rows.push((CommitEntry::Commit.id(), kind::LOAD_COMMITTED, body));
                 let load = &p.spec.load;
-                env.ledger.append_many(load, &rows).await?;
+                record(
+                    env,
+                    load,
+                    &mut p.progress,
+                    vec![(CommitEntry::Commit, body)],
+                )
+                .await?;
                 // Once this commit won the decision no abort can end the load; a ledger
                 // without decisions is read back to see which terminal entry came first.
                 if !p.decided {
@@ -932,20 +1123,21 @@ async fn verify_waiting_parts(
 ///
 /// Each round observes the table once (the first round may take `first`, an observation made
 /// before the ledger reads it decides from), decides every part, records the intents of a batch in
-/// one ledger INSERT, sends that batch's ATTACHes a few at a time, and records their outcomes in
-/// one INSERT: a part still costs one ATTACH, but the ledger costs two writes per batch, not per
-/// part. A crash anywhere in between leaves intents whose parts are either still in detached/
-/// (attached on resume) or gone without a leftover (recorded as attached on resume); a server
-/// killed inside an ATTACH leaves `attaching_<part>`, taken back once nothing holds it.
+/// one ledger INSERT (with the plan or the decision when one is due, and with the outcomes of the
+/// batch before), and sends that batch's ATTACHes a few at a time. Their outcomes are noted and
+/// written by the commit's next INSERT: a part still costs one ATTACH, but the ledger costs one
+/// write per batch, not per part. A crash anywhere in between leaves intents whose parts are
+/// either still in detached/ (attached on resume) or gone without a leftover (recorded as
+/// attached on resume); a server killed inside an ATTACH leaves `attaching_<part>`, taken back
+/// once nothing holds it.
 async fn attach_parts(
     env: &CommitEnv<'_>,
-    spec: &LoadSpec,
-    plan: &CommitPlan,
-    progress: &mut CommitProgress,
-    data_paths: &HashMap<PartName, RemotePath>,
+    p: &mut Planned,
     mut first: Option<TableParts>,
 ) -> Result<usize, CommitError> {
     let server = env.server;
+    let (spec, plan) = (p.spec.clone(), p.plan.clone());
+    let (spec, plan) = (&spec, &plan);
     let mut attached = 0;
     // Parts whose ATTACH failed in the previous round, with the error: decided from this
     // round's observation (see `after_failed_attach`).
@@ -967,8 +1159,9 @@ async fn attach_parts(
         }
         // A leftover is judged by what the server says after this observation (see
         // `claim_crashed`); asked only when there is one to judge.
-        let leftover = plan.parts.iter().any(|p| {
-            !progress.attached.contains(&p.name) && observed.attaching.contains(&p.name.to_string())
+        let leftover = plan.parts.iter().any(|part| {
+            !p.progress.known.attached.contains(&part.name)
+                && observed.attaching.contains(&part.name.to_string())
         });
         let claims = match leftover {
             true => Some(ClaimCheck::read(server, &spec.publish).await?),
@@ -983,6 +1176,7 @@ async fn attach_parts(
                 .iter()
                 .map(|part| {
                     let name = part.name.to_string();
+                    let progress = &p.progress.known;
                     let facts = PartFacts {
                         recorded_attached: progress.attached.contains(&part.name),
                         attach_intent: progress.attach_intents.contains(&part.name),
@@ -1003,7 +1197,8 @@ async fn attach_parts(
             if fresh || !steps.iter().any(|(_, s)| *s == PartStep::ReadLedger) {
                 break steps;
             }
-            *progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)?;
+            p.progress
+                .refresh(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)?;
             fresh = true;
         };
         let mut waiting = None;
@@ -1023,9 +1218,12 @@ async fn attach_parts(
                 }
             }
         }
-        record_many(env, &spec.load, progress, vanished, kind::PART_ATTACHED).await?;
+        for entry in vanished {
+            p.progress.note(entry);
+        }
         for part in &to_reclaim {
-            let data_path = data_paths
+            let data_path = p
+                .data_paths
                 .get(part)
                 .ok_or_else(|| CommitError::Unsupported {
                     load: spec.load.clone(),
@@ -1047,16 +1245,12 @@ async fn attach_parts(
             }
         }
         for batch in to_attach.chunks(ATTACH_BATCH) {
-            let intents = batch
-                .iter()
-                .cloned()
-                .map(CommitEntry::AttachIntent)
-                .collect();
-            record_many(env, &spec.load, progress, intents, kind::ATTACH_INTENT).await?;
+            p.record_attach_intents(env, batch).await?;
             let (done, errors) = attach_batch(server, spec, batch).await;
             attached += done.len();
-            let outcomes = done.into_iter().map(CommitEntry::Attached).collect();
-            record_many(env, &spec.load, progress, outcomes, kind::PART_ATTACHED).await?;
+            for part in done {
+                p.progress.note(CommitEntry::Attached(part));
+            }
             if let Some((part, _)) = errors.first() {
                 waiting = Some(part.to_string());
             }
@@ -1149,112 +1343,147 @@ fn after_failed_attach(left_detached: bool, class: chpart_server::ErrorClass) ->
 
 /// After attaching into a shadow table: its rows per partition are exactly the plan's (the
 /// shadow holds nothing else). With part visibility the target holds other rows too; there each
-/// planned part's hash is checked instead, unless a merge has already folded it into another.
+/// part was checked before its ATTACH, so once this run knows every part attached there is
+/// nothing to observe.
 ///
-/// The table is observed *before* the ledger is read: a concurrent commit records its
-/// `publish:` intent before it moves a partition out of the shadow, so any partition moved
-/// before this observation is excluded by the ledger read after it. Returns the progress that
-/// read shows, and the observation.
+/// The table is observed first, and the check uses this run's progress: the ledger as last
+/// read plus what it attached. A concurrent commit records its `publish:` intent before it
+/// moves a partition out of the shadow, so a partition moved before this observation can make
+/// that progress look short of rows; then the ledger is read (after the observation) and the
+/// check made again, excluding it. Returns the observation, for the first publish round.
 async fn reconcile_attached(
     env: &CommitEnv<'_>,
-    spec: &LoadSpec,
-    plan: &CommitPlan,
-    verify: Verify,
-) -> Result<(CommitProgress, TableParts), CommitError> {
-    let observed = table_parts(env.server, &spec.publish).await?;
-    let progress = progress_of(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)?;
-    if plan
-        .parts
-        .iter()
-        .any(|p| !progress.attached.contains(&p.name))
-    {
-        return Ok((progress, observed));
+    p: &mut Planned,
+) -> Result<Option<TableParts>, CommitError> {
+    let all_attached = |known: &CommitProgress| {
+        p.plan
+            .parts
+            .iter()
+            .all(|part| known.attached.contains(&part.name))
+    };
+    if p.spec.visibility == Visibility::Part && all_attached(&p.progress.known) {
+        return Ok(None);
     }
-    match spec.visibility {
-        Visibility::Partition => {
-            let rows: BTreeMap<PartitionId, u64> = plan
-                .partitions
-                .iter()
-                .filter(|p| {
-                    !progress.published.contains(&p.partition_id)
-                        && !progress.publish_intents.contains(&p.partition_id)
-                })
-                .map(|p| {
-                    (
-                        p.partition_id.clone(),
-                        observed
-                            .rows_by_partition
-                            .get(p.partition_id.as_str())
-                            .copied()
-                            .unwrap_or(0),
-                    )
-                })
-                .collect();
-            let pending = CommitPlan {
-                partitions: plan
-                    .partitions
-                    .iter()
-                    .filter(|p| rows.contains_key(&p.partition_id))
-                    .cloned()
-                    .collect(),
-                ..plan.clone()
-            };
-            reconcile_rows(&pending, &rows).map_err(|e| CommitError::Rows(Box::new(e)))?;
-            let corrupt = |problem: String| CommitError::PartCorrupt {
-                load: spec.load.clone(),
-                table: spec.publish.clone(),
-                problem,
-            };
-            // The shadow's parts are exactly the plan's: each one's `checksums.txt` is the
-            // builder's. Merges of the shadow are stopped until its partitions are published,
-            // but a server restart lifts that until the next commit run stops them again: a
-            // partition merged meanwhile has lost its parts' identity (the rows above and the
-            // server's CHECK TABLE below still hold for it).
-            let (merged, unmerged): (Vec<_>, Vec<_>) = pending
-                .partitions
-                .iter()
-                .cloned()
-                .partition(|p| observed.merged_partitions.contains(p.partition_id.as_str()));
-            for p in &merged {
-                tracing::warn!(
-                    "load {}: partition {} of the shadow {} was merged by the server (merges restart with the server); its parts are checked by rows and CHECK TABLE, not by their hashes",
-                    spec.load,
-                    p.partition_id,
-                    spec.publish
-                );
-            }
-            let observed_hashes: BTreeMap<PartitionId, Vec<String>> = unmerged
-                .iter()
-                .map(|p| {
-                    let pid = p.partition_id.as_str();
-                    let hashes = observed.hashes_by_partition.get(pid).cloned();
-                    (p.partition_id.clone(), hashes.unwrap_or_default())
-                })
-                .collect();
-            let unmerged_plan = CommitPlan {
-                partitions: unmerged,
-                ..pending.clone()
-            };
-            reconcile_hashes(&unmerged_plan, &observed_hashes)
-                .map_err(|e| corrupt(e.to_string()))?;
-            if verify == Verify::Server && !pending.partitions.is_empty() {
-                // ... and every file of every part matches its `checksums.txt`.
-                let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
-                let checks = env.server.check_parts(db, table).await?;
-                if let Some(bad) = checks.iter().find(|c| !c.is_passed) {
-                    return Err(corrupt(format!(
-                        "the server's CHECK TABLE fails part {}: {}",
-                        bad.part_path, bad.message
-                    )));
+    let observed = table_parts(env.server, &p.spec.publish).await?;
+    let mut fresh = false;
+    if !all_attached(&p.progress.known) {
+        let view = env.ledger.view(&p.spec.load, crate::KNOWN_KINDS).await?;
+        p.progress.refresh(&view)?;
+        fresh = true;
+        if !all_attached(&p.progress.known) {
+            return Ok(Some(observed));
+        }
+    }
+    if p.spec.visibility == Visibility::Part {
+        return Ok(Some(observed));
+    }
+    let pending = loop {
+        match check_shadow(&p.spec, &p.plan, &p.progress.known, &observed) {
+            Ok(pending) => break pending,
+            Err(e) if fresh => return Err(e),
+            Err(_) => {
+                let view = env.ledger.view(&p.spec.load, crate::KNOWN_KINDS).await?;
+                p.progress.refresh(&view)?;
+                fresh = true;
+                if !all_attached(&p.progress.known) {
+                    return Ok(Some(observed));
                 }
             }
         }
-        // Part visibility: each part's rows were checked against its count.txt before it was
-        // attached (the manifest pins that file's digest) and its content on the host
-        // (`--verify full`); the target holds other rows, so there is nothing to add up here.
-        Visibility::Part => {}
+    };
+    if p.verify == Verify::Server && pending {
+        // ... and every file of every part matches its `checksums.txt`.
+        let (db, table) = (
+            p.spec.publish.database.as_str(),
+            p.spec.publish.table.as_str(),
+        );
+        let checks = env.server.check_parts(db, table).await?;
+        if let Some(bad) = checks.iter().find(|c| !c.is_passed) {
+            return Err(CommitError::PartCorrupt {
+                load: p.spec.load.clone(),
+                table: p.spec.publish.clone(),
+                problem: format!(
+                    "the server's CHECK TABLE fails part {}: {}",
+                    bad.part_path, bad.message
+                ),
+            });
+        }
     }
-    Ok((progress, observed))
+    Ok(Some(observed))
+}
+
+/// The shadow's partitions that `progress` shows neither published nor intended are exactly
+/// the plan's, by rows and by each part's hash; returns whether there is any such partition.
+fn check_shadow(
+    spec: &LoadSpec,
+    plan: &CommitPlan,
+    progress: &CommitProgress,
+    observed: &TableParts,
+) -> Result<bool, CommitError> {
+    let rows: BTreeMap<PartitionId, u64> = plan
+        .partitions
+        .iter()
+        .filter(|p| {
+            !progress.published.contains(&p.partition_id)
+                && !progress.publish_intents.contains(&p.partition_id)
+        })
+        .map(|p| {
+            (
+                p.partition_id.clone(),
+                observed
+                    .rows_by_partition
+                    .get(p.partition_id.as_str())
+                    .copied()
+                    .unwrap_or(0),
+            )
+        })
+        .collect();
+    let pending = CommitPlan {
+        partitions: plan
+            .partitions
+            .iter()
+            .filter(|p| rows.contains_key(&p.partition_id))
+            .cloned()
+            .collect(),
+        ..plan.clone()
+    };
+    reconcile_rows(&pending, &rows).map_err(|e| CommitError::Rows(Box::new(e)))?;
+    // The shadow's parts are exactly the plan's: each one's `checksums.txt` is the builder's.
+    // Merges of the shadow are stopped until its partitions are published, but a server
+    // restart lifts that until the next commit run stops them again: a partition merged
+    // meanwhile has lost its parts' identity (the rows above and the server's CHECK TABLE
+    // still hold for it).
+    let (merged, unmerged): (Vec<_>, Vec<_>) = pending
+        .partitions
+        .iter()
+        .cloned()
+        .partition(|p| observed.merged_partitions.contains(p.partition_id.as_str()));
+    for p in &merged {
+        tracing::warn!(
+            "load {}: partition {} of the shadow {} was merged by the server (merges restart with the server); its parts are checked by rows and CHECK TABLE, not by their hashes",
+            spec.load,
+            p.partition_id,
+            spec.publish
+        );
+    }
+    let observed_hashes: BTreeMap<PartitionId, Vec<String>> = unmerged
+        .iter()
+        .map(|p| {
+            let pid = p.partition_id.as_str();
+            let hashes = observed.hashes_by_partition.get(pid).cloned();
+            (p.partition_id.clone(), hashes.unwrap_or_default())
+        })
+        .collect();
+    let unmerged_plan = CommitPlan {
+        partitions: unmerged,
+        ..pending.clone()
+    };
+    reconcile_hashes(&unmerged_plan, &observed_hashes).map_err(|e| CommitError::PartCorrupt {
+        load: spec.load.clone(),
+        table: spec.publish.clone(),
+        problem: e.to_string(),
+    })?;
+    Ok(!pending.partitions.is_empty())
 }
 
 /// Replace mode, before this load's first REPLACE of any partition: no other open replace load
@@ -1334,19 +1563,19 @@ fn arrived_since_intent<'a>(
 
 /// Moves (append) or swaps in (replace) each partition from the shadow into the target.
 ///
-/// `observed` is an observation of the shadow made before `progress` was read from the ledger
-/// (reconcile's), used for the first round instead of observing again. Returns the
-/// `published:` entries of partitions moved by the last round, already in `progress` but not
-/// yet in the ledger: the caller records them with the commit entry (a crash before that
-/// leaves their `publish:` intents, and resume confirms them by observing the shadow).
+/// `observed` is reconcile's observation of the shadow, used for the first round instead of
+/// observing again. The first round's intents go with the load's decision when this commit
+/// has not won it yet (nothing is visible before). The `published:` entries of partitions
+/// moved are noted in `p.progress` and written by the commit's next INSERT (a crash before
+/// that leaves their `publish:` intents, and resume confirms them by observing the shadow).
 async fn publish_partitions(
     env: &CommitEnv<'_>,
-    spec: &LoadSpec,
-    plan: &CommitPlan,
-    progress: &mut CommitProgress,
+    p: &mut Planned,
     mut observed: Option<TableParts>,
-) -> Result<Vec<CommitEntry>, CommitError> {
+) -> Result<(), CommitError> {
     let server = env.server;
+    let (spec, plan) = (p.spec.clone(), p.plan.clone());
+    let (spec, plan) = (&spec, &plan);
     let shadow = quote_table(spec.publish.database.as_str(), spec.publish.table.as_str());
     let target = quote_table(spec.target.database.as_str(), spec.target.table.as_str());
     for round in 0..MAX_ROUNDS {
@@ -1385,7 +1614,7 @@ async fn publish_partitions(
                 partition.rows,
             );
             let facts = PartitionFacts {
-                recorded_published: progress.published.contains(&partition.partition_id),
+                recorded_published: p.progress.known.published.contains(&partition.partition_id),
                 shadow_rows: in_shadow.rows_by_partition.get(pid).copied().unwrap_or(0),
                 planned_rows: partition.rows,
                 target_has_plan_hashes: in_target.as_ref().is_some_and(|t| {
@@ -1434,36 +1663,27 @@ async fn publish_partitions(
                 }
             }
         }
-        record_many(
-            env,
-            &spec.load,
-            progress,
-            confirmed,
-            kind::PARTITION_PUBLISHED,
-        )
-        .await?;
+        for entry in confirmed {
+            p.progress.note(entry);
+        }
         let again = !statements.is_empty();
         // A replace intent's body holds the target partition's highest block number so far:
         // whatever covers a higher one and is not a copy of the shadow's arrived since.
-        let rows: Vec<(String, &str, String)> = statements
+        let intents: Vec<(CommitEntry, String)> = statements
             .iter()
             .map(|(id, max_block, _)| {
                 let body = match *max_block {
                     MOVE => "{}".to_owned(),
                     max => serde_json::json!({ "target_max_block": max }).to_string(),
                 };
-                (
-                    CommitEntry::PublishIntent(id.clone()).id(),
-                    kind::PUBLISH_INTENT,
-                    body,
-                )
+                (CommitEntry::PublishIntent(id.clone()), body)
             })
             .collect();
-        env.ledger.append_many(&spec.load, &rows).await?;
-        for (id, _, _) in &statements {
-            progress.record(CommitEntry::PublishIntent(id.clone()));
+        if !p.decided {
+            p.decide(env, intents).await?;
+        } else if !intents.is_empty() {
+            record(env, &spec.load, &mut p.progress, intents).await?;
         }
-        let mut moved = Vec::new();
         let mut unconfirmed = false;
         for (id, max_block, sql) in statements {
             let is_move = max_block == MOVE;
@@ -1475,22 +1695,15 @@ async fn publish_partitions(
             // observation (target hashes equal to the shadow's), since upstream it is not
             // crash-atomic.
             if is_move {
-                moved.push(CommitEntry::Published(id));
+                p.progress.note(CommitEntry::Published(id));
             } else {
                 unconfirmed = true;
             }
         }
-        if !again {
-            return Ok(Vec::new());
-        }
-        if !unconfirmed {
+        if !again || !unconfirmed {
             // Every partition is published now: no need to observe again.
-            for entry in &moved {
-                progress.record(entry.clone());
-            }
-            return Ok(moved);
+            return Ok(());
         }
-        record_many(env, &spec.load, progress, moved, kind::PARTITION_PUBLISHED).await?;
         if round + 1 == MAX_ROUNDS {
             break;
         }

@@ -228,16 +228,30 @@ impl Ledger {
         kind: &str,
         body: &str,
     ) -> Result<(), LedgerStoreError> {
+        self.append_once_with(
+            load,
+            entry_id,
+            &[(entry_id.to_owned(), kind, body.to_owned())],
+        )
+        .await
+    }
+
+    /// [`Ledger::append_once`] of the fact `entry_id` (one of `entries`) with other entries
+    /// riding in the same INSERT: the server keeps the whole block or, when another writer's
+    /// block with the same token came first, none of it. A writer whose block was dropped
+    /// learns it from the view it reads back, and writes the riders it still needs on their
+    /// own. Idempotent.
+    pub async fn append_once_with(
+        &self,
+        load: &LoadId,
+        entry_id: &str,
+        entries: &[(String, &str, String)],
+    ) -> Result<(), LedgerStoreError> {
         let settings = format!(
             "SETTINGS insert_deduplicate = 1, insert_deduplication_token = {}",
             quote_str(&format!("chpart-{entry_id}:{}", load.as_str()))
         );
-        self.insert(
-            load,
-            &[(entry_id.to_owned(), kind, body.to_owned())],
-            &settings,
-        )
-        .await
+        self.insert(load, entries, &settings).await
     }
 
     /// Appends one entry (idempotent by `entry_id`: replay keeps the first).
