@@ -1008,14 +1008,16 @@ fn a_clickhouse_local_newer_than_the_server_is_refused() {
     let s = Setup::new(ch, "build_newer_local");
     assert_eq!(exit_code(&s.begin("bn-1", &[])), Some(0));
     let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 10), "Parquet");
-    // The real engine for everything but the version, which it reports as a newer one.
+    // The real engine for everything but the version, which it reports as a newer one (the
+    // first line a run with `SELECT version(), timezone()` prints, alone or before a build's
+    // listing).
     let tz = ch.q("SELECT timezone()").trim().to_owned();
     let newer = s.dir.path().join("newer-clickhouse-local");
+    let real = chpart_testenv::clickhouse_local().display().to_string();
     std::fs::write(
         &newer,
         format!(
-            "#!/bin/sh\ncase \"$*\" in *'version()'*) printf '26.10.1.5\\t{tz}\\n'; exit 0;; esac\nexec {} \"$@\"\n",
-            chpart_testenv::clickhouse_local().display()
+            "#!/bin/bash\nset -o pipefail\ncase \"$*\" in *'version()'*) {real} \"$@\" | sed '1s|^.*$|26.10.1.5\\t{tz}|'; exit $?;; esac\nexec {real} \"$@\"\n"
         ),
     )
     .unwrap();

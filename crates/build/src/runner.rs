@@ -126,6 +126,9 @@ impl fmt::Display for StderrTail<'_> {
     }
 }
 
+/// The statement that prints a run's engine version and time zone, one tab-separated line.
+pub const IDENTITY_QUERY: &str = "SELECT version(), timezone() FORMAT TabSeparated";
+
 /// A clickhouse-local command: the program, how long one run may take, and its time zone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LocalCommand {
@@ -254,9 +257,14 @@ impl LocalCommand {
     /// The engine version and the time zone a run computes in (one `SELECT version(),
     /// timezone()`), to record in manifests and to check against the server's.
     pub fn identify(&self) -> Result<LocalIdentity, RunError> {
-        let query = "SELECT version(), timezone() FORMAT TabSeparated";
-        let out = self.run(&["--query".into(), query.into()])?;
-        let output = String::from_utf8_lossy(&out).trim().to_string();
+        let out = self.run(&["--query".into(), IDENTITY_QUERY.into()])?;
+        self.identity_of(&String::from_utf8_lossy(&out))
+    }
+
+    /// The identity in `output`, the first line a run of [`IDENTITY_QUERY`] printed (a build
+    /// may run that query first in its own session instead of starting a process for it).
+    pub fn identity_of(&self, output: &str) -> Result<LocalIdentity, RunError> {
+        let output = output.trim().to_string();
         let bad = || RunError::BadVersion {
             program: self.program.clone(),
             output: output.clone(),
