@@ -537,8 +537,8 @@ pub trait ClickHouseServer: Send + Sync + fmt::Debug {
     /// only while its query runs, and a running query is in `system.processes`.
     async fn attach_activity(&self, table: &str) -> Result<AttachActivity, ServerError>;
 
-    /// Definition, columns and pending mutations of several tables in one query (not three
-    /// per table). The result is in the order of `tables`.
+    /// Definition, columns and pending mutations of several tables in three queries (not
+    /// three per table). The result is in the order of `tables`.
     async fn check_tables(&self, tables: &[(&str, &str)]) -> Result<Vec<TableCheck>, ServerError>;
 
     /// `count()` of the table.
@@ -743,13 +743,11 @@ impl ClickHouseServer for Server {
         let names: Vec<(String, String)> = (0..tables.len())
             .map(|i| (format!("d{i}"), format!("t{i}")))
             .collect();
-        let condition = |database_column: &str, table_column: &str| {
+        let condition = |table_column: &str| {
             names
                 .iter()
                 .map(|(d, t)| {
-                    format!(
-                        "({database_column} = {{{d}:String}} AND {table_column} = {{{t}:String}})"
-                    )
+                    format!("(database = {{{d}:String}} AND {table_column} = {{{t}:String}})")
                 })
                 .collect::<Vec<_>>()
                 .join(" OR ")
@@ -759,88 +757,63 @@ impl ClickHouseServer for Server {
             .zip(tables)
             .flat_map(|((d, t), (db, table))| [(d.as_str(), *db), (t.as_str(), *table)])
             .collect();
-        // One statement (a statement costs the server a few ms however small): each table's
-        // definition with its columns (ordered by position) and its pending mutations
-        // joined on.
+        let infos: Vec<TableInfo> = self
+            .fetch(
+                &format!("{TABLE_INFO_SELECT} WHERE {}", condition("name")),
+                &params,
+            )
+            .await?;
         #[derive(Row, Deserialize)]
-        struct Checked {
+        struct TableColumn {
             database: String,
+            table: String,
             name: String,
-            uuid: String,
-            engine: String,
-            engine_full: String,
-            create_table_query: String,
-            partition_key: String,
-            sorting_key: String,
-            primary_key: String,
-            sampling_key: String,
-            storage_policy: String,
-            data_paths: Vec<String>,
-            columns: Vec<(String, String, String, String)>,
-            pending_mutations: u64,
+            #[serde(rename = "type")]
+            type_name: String,
+            default_kind: String,
+            default_expression: String,
         }
-        let sql = format!(
-            "SELECT t.database AS database, t.name AS name, toString(t.uuid) AS uuid, \
-             t.engine AS engine, t.engine_full AS engine_full, \
-             t.create_table_query AS create_table_query, t.partition_key AS partition_key, \
-             t.sorting_key AS sorting_key, t.primary_key AS primary_key, \
-             t.sampling_key AS sampling_key, t.storage_policy AS storage_policy, \
-             t.data_paths AS data_paths, c.columns AS columns, \
-             m.pending AS pending_mutations \
-             FROM system.tables AS t \
-             LEFT JOIN (SELECT database, table, \
-                 arrayMap(x -> (x.2, x.3, x.4, x.5), \
-                     arraySort(groupArray((position, name, type, default_kind, default_expression)))) AS columns \
-                 FROM system.columns WHERE {} GROUP BY database, table) AS c \
-               ON c.database = t.database AND c.table = t.name \
-             LEFT JOIN (SELECT database, table, count() AS pending FROM system.mutations \
-                 WHERE ({}) AND NOT is_done GROUP BY database, table) AS m \
-               ON m.database = t.database AND m.table = t.name \
-             WHERE {} SETTINGS join_use_nulls = 0",
-            condition("database", "table"),
-            condition("database", "table"),
-            condition("t.database", "t.name")
-        );
-        let checked: Vec<Checked> = self.fetch(&sql, &params).await?;
+        let columns: Vec<TableColumn> = self
+            .fetch(
+                &format!(
+                    "SELECT database, table, {COLUMN_FIELDS} \
+                     FROM system.columns WHERE {} ORDER BY database, table, position",
+                    condition("table")
+                ),
+                &params,
+            )
+            .await?;
+        let mutations: Vec<(String, String, u64)> = self
+            .fetch(
+                &format!(
+                    "SELECT database, table, count() FROM system.mutations \
+                     WHERE ({}) AND NOT is_done GROUP BY database, table",
+                    condition("table")
+                ),
+                &params,
+            )
+            .await?;
         Ok(tables
             .iter()
             .map(|(db, table)| {
-                match checked
-                    .iter()
-                    .find(|c| c.database == *db && c.name == *table)
-                {
-                    None => TableCheck {
-                        info: None,
-                        columns: Vec::new(),
-                        pending_mutations: 0,
-                    },
-                    Some(c) => TableCheck {
-                        info: Some(TableInfo {
-                            database: c.database.clone(),
+                let is = |d: &String, t: &String| d == db && t == table;
+                TableCheck {
+                    info: infos.iter().find(|i| is(&i.database, &i.name)).cloned(),
+                    columns: columns
+                        .iter()
+                        .filter(|c| is(&c.database, &c.table))
+                        .map(|c| ColumnInfo {
                             name: c.name.clone(),
-                            uuid: c.uuid.clone(),
-                            engine: c.engine.clone(),
-                            engine_full: c.engine_full.clone(),
-                            create_table_query: c.create_table_query.clone(),
-                            partition_key: c.partition_key.clone(),
-                            sorting_key: c.sorting_key.clone(),
-                            primary_key: c.primary_key.clone(),
-                            sampling_key: c.sampling_key.clone(),
-                            storage_policy: c.storage_policy.clone(),
-                            data_paths: c.data_paths.clone(),
-                        }),
-                        columns: c
-                            .columns
-                            .iter()
-                            .map(|(name, type_name, kind, expression)| ColumnInfo {
-                                name: name.clone(),
-                                type_name: type_name.clone(),
-                                default_kind: kind.clone(),
-                                default_expression: expression.clone(),
-                            })
-                            .collect(),
-                        pending_mutations: c.pending_mutations,
-                    },
+                            type_name: c.type_name.clone(),
+                            default_kind: c.default_kind.clone(),
+                            default_expression: c.default_expression.clone(),
+                        })
+                        .collect(),
+                    pending_mutations: mutations
+                        .iter()
+                        .filter(|(d, t, _)| is(d, t))
+                        .map(|(_, _, n)| n)
+                        .sum(),
                 }
             })
             .collect())
