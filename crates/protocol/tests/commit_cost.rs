@@ -1,26 +1,14 @@
 //! What a commit asks of the server, counted in-process over the real 26.9 engine (every call
-//! recorded by [`Faulty`] with no fault armed): besides one `ATTACH PART` per part and one
-//! `MOVE PARTITION` per partition, a commit's statements are a fixed number, whatever the
-//! load's size. The breakdown is printed (issue 12 works that number down).
+//! recorded by [`chpart_server::faults::Faulty`] with no fault armed): besides one `ATTACH PART`
+//! per part and one `MOVE PARTITION` per partition, a commit's statements are a fixed number,
+//! whatever the load's size. The breakdown is printed (issue 12 works that number down).
 
 mod common;
-use common::OneHost;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
 
-use chpart_build::LocalCommand;
-use chpart_core::{Attempt, StagingLayout};
-use chpart_protocol::begin::{begin, BeginRequest};
-use chpart_protocol::build::{build, BuildEnv, BuildRequest, Input, LedgerDirectory};
-use chpart_protocol::cluster::Reach;
-use chpart_protocol::commit::{commit, CommitEnv, CommitRequest};
-use chpart_protocol::ledger::{Mode, Visibility};
-use chpart_protocol::store::Ledger;
-use chpart_remote::LocalFs;
-use chpart_server::faults::Faulty;
-use chpart_server::{Server, ServerConfig};
+use chpart_protocol::commit::commit;
+use chpart_protocol::ledger::Visibility;
 use chpart_testenv::clickhouse::{shared, TestDb};
 
 /// Statements of one commit of `spark_partitions` attempts, each 1000 rows over
@@ -32,102 +20,13 @@ fn commit_calls(
     months: u64,
     visibility: Visibility,
 ) -> BTreeMap<&'static str, usize> {
-    let ch = db.server;
-    ch.q(&format!(
-        "CREATE TABLE `{}`.{table} (ts DateTime('UTC'), id UInt64, name String) \
-         ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id",
-        db.name
-    ));
-    let staging = ch.data_dir.join("chpart-staging").display().to_string();
-    let faulty = Arc::new(Faulty::new(Arc::new(Server::new(&ServerConfig {
-        url: ch.url(),
-        user: "default".into(),
-        password: None,
-        request_timeout: Duration::from_secs(60),
-    }))));
-    let reach = OneHost {
-        server: faulty.clone(),
-        staging: staging.clone(),
-    };
-    let ledger = Ledger::new(faulty.clone(), &format!("{}_ledger", db.name));
-    let rt = common::rt();
-    let load: chpart_core::LoadId = format!("cost-{table}").parse().unwrap();
-    rt.block_on(begin(
-        &ledger,
-        &BeginRequest {
-            load: load.clone(),
-            target: format!("{}.{table}", db.name).parse().unwrap(),
-            mode: Mode::Append,
-            visibility,
-            host: "ch-test".into(),
-            allow_materialized_views: false,
-            clickhouse_local_version: None,
-            staging: reach.staging(""),
-            shard_of: None,
-        },
-    ))
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let local = LocalCommand::new(chpart_testenv::clickhouse_local(), Duration::from_secs(120));
-    let loads = LedgerDirectory {
-        ledger: ledger.clone(),
-        runtime: rt.handle().clone(),
-    };
-    let env = BuildEnv {
-        loads: &loads,
-        reach: &reach,
-        connections: 1,
-        local: &local,
-        work_parent: dir.path().join("work"),
-        staging: StagingLayout::new(&staging).unwrap(),
-        spool_chunk_bytes: chpart_protocol::build::DEFAULT_SPOOL_CHUNK_BYTES,
-    };
-    let mut winners = Vec::new();
-    for p in 0..spark_partitions {
-        let select = format!(
-            "SELECT toDateTime('2026-01-15 00:00:00', 'UTC') + toIntervalMonth(number % {months}) AS ts, \
-             {} + number AS id, 'x' AS name FROM numbers(1000)",
-            p * 1000
-        );
-        let rows =
-            chpart_testenv::write_rows(dir.path(), &format!("{p}.parquet"), &select, "Parquet");
-        let report = build(
-            &env,
-            BuildRequest {
-                load: load.clone(),
-                attempt: Attempt {
-                    id: format!("a{p}").parse().unwrap(),
-                    partition: p as u32,
-                    stage: None,
-                    stage_attempt: None,
-                    attempt_number: None,
-                },
-                input: Input::Parquet(vec![rows]),
-                merge: false,
-            },
-        )
-        .unwrap();
-        winners.push((p as usize, report.line));
-    }
+    let built = common::built_load(db, table, spark_partitions, months, visibility);
+    let faulty = &built.server;
     let before = faulty.calls().len();
-    rt.block_on(commit(
-        &CommitEnv {
-            ledger: &ledger,
-            server: faulty.as_ref(),
-            fs: &LocalFs::new(),
-            staging: StagingLayout::new(&staging).unwrap(),
-        },
-        CommitRequest {
-            load,
-            winners: Some(winners),
-            verify: None,
-            expected_partitions: Some(spark_partitions as u32),
-            allow_missing: false,
-            visibility: None,
-            prepare_only: false,
-        },
-    ))
-    .unwrap();
+    built
+        .rt
+        .block_on(commit(&built.env(), built.request()))
+        .unwrap();
     let mut by_method = BTreeMap::new();
     for call in &faulty.calls()[before..] {
         let method = match call.method {
@@ -138,6 +37,7 @@ fn commit_calls(
         };
         *by_method.entry(method).or_insert(0) += 1;
     }
+    let ch = db.server;
     let rows = ch.q(&format!("SELECT count() FROM `{}`.{table}", db.name));
     assert_eq!(rows.trim(), (spark_partitions * 1000).to_string());
     by_method
