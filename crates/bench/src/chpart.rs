@@ -247,7 +247,26 @@ impl ManifestSummary {
             .find(|l| !l.trim().is_empty())
             .context("chpart build printed no manifest")?;
         let manifest: serde_json::Value = serde_json::from_str(line).context("not JSON")?;
-        let parts = manifest["parts"].as_array().context("no `parts` array")?;
+        // A build into a Distributed table prints a cluster manifest: one manifest per shard
+        // under `shards` (`{"shards":[{"shard":1,"manifest":{"parts":[..]}}, ..]}`).
+        let parts: Vec<&serde_json::Value> = match manifest["shards"].as_array() {
+            Some(shards) => shards
+                .iter()
+                .map(|s| {
+                    s["manifest"]["parts"]
+                        .as_array()
+                        .context("a shard without `parts`")
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?
+                .into_iter()
+                .flatten()
+                .collect(),
+            None => manifest["parts"]
+                .as_array()
+                .context("no `parts` array")?
+                .iter()
+                .collect(),
+        };
         let field = |part: &serde_json::Value, name: &str| {
             part[name]
                 .as_u64()
@@ -300,6 +319,15 @@ mod tests {
                 .sum::<u64>()
         );
         assert_eq!(summary.line, one_line);
+        // A cluster manifest (a build into a Distributed table) counts every shard's parts.
+        let cluster = serde_json::json!({
+            "format": "chpart-cluster-manifest",
+            "shards": [{"shard": 1, "manifest": value}, {"shard": 2, "manifest": value}],
+        });
+        let both = ManifestSummary::parse(&cluster.to_string()).unwrap();
+        assert_eq!(both.parts, 2 * summary.parts);
+        assert_eq!(both.rows, 2 * summary.rows);
+        assert!(ManifestSummary::parse("{\"shards\": [{\"shard\": 1}]}").is_err());
         assert!(ManifestSummary::parse("").is_err());
         assert!(ManifestSummary::parse("{\"parts\": [{\"rows\": 1}]}").is_err());
     }

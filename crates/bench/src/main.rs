@@ -130,7 +130,8 @@ enum Cmd {
     },
     /// Loads into a Distributed table over several shards (servers on loopback): chpart vs
     /// INSERT through the Distributed engine (wall time, the servers' CPU per GB summed over
-    /// shards), and the commit time of many parts over N shards vs one shard.
+    /// shards), and the commit of many parts over N shards vs one shard (wall time, each shard
+    /// server's CPU).
     Cluster {
         /// Rows of the load comparison.
         #[arg(long, default_value_t = 2_000_000)]
@@ -144,6 +145,10 @@ enum Cmd {
         /// About this many parts in the commit comparison.
         #[arg(long, default_value_t = 1000)]
         parts: u32,
+        /// Skip the load comparison (INSERT through the Distributed engine vs chpart): only the
+        /// commit comparison runs.
+        #[arg(long)]
+        no_load: bool,
         /// Seed of the row stream.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -273,6 +278,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             shards,
             tasks,
             parts,
+            no_load,
             seed,
             hour,
             chpart,
@@ -282,6 +288,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             shards,
             tasks,
             parts,
+            no_load,
             seed,
             hour_start_secs: gen::parse_hour(&hour)?,
             chpart,
