@@ -92,3 +92,41 @@ fn a_commit_whose_plan_block_was_dropped_writes_its_intents_before_attaching() {
     ));
     assert_eq!(intents.trim(), "4", "one intent per part, durable");
 }
+
+/// With nothing racing, a commit writes each of its facts once, however its INSERTs are
+/// batched: 270 parts in 90 partitions are two ATTACH batches, whose outcomes ride with the
+/// next batch's intents and with the decision.
+#[test]
+fn a_commit_writes_each_fact_once() {
+    let ch = shared();
+    let db = TestDb::new(ch, "commit_facts");
+    let built = common::built_load(&db, "t", 3, 90, Visibility::Partition);
+    built
+        .rt
+        .block_on(commit(&built.env(), built.request()))
+        .unwrap();
+    let by_kind = ch.q(&format!(
+        "SELECT kind, count(), uniqExact(entry_id) FROM `{}_ledger`.ledger \
+         WHERE load_id = '{}' GROUP BY kind ORDER BY kind FORMAT TSV",
+        db.name, built.load
+    ));
+    let expected = [
+        ("attach_intent", 270),
+        ("commit_planned", 1),
+        ("decided", 1),
+        ("load_committed", 1),
+        ("load_opened", 1),
+        ("part_attached", 270),
+        ("partition_published", 90),
+        ("publish_intent", 90),
+    ]
+    .iter()
+    .map(|(kind, n)| format!("{kind}\t{n}\t{n}\n"))
+    .collect::<String>();
+    assert_eq!(by_kind, expected, "each fact written once");
+    let rows = ch.q(&format!(
+        "SELECT count(), uniqExact(id) FROM `{}`.t",
+        db.name
+    ));
+    assert_eq!(rows.trim(), "3000\t3000");
+}
