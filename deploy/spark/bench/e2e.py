@@ -701,7 +701,7 @@ def net_of_idle(result):
     """Every load's and merge's server CPU net of the idle server's: raw - rate x the window's wall
     time, never below what query_log attributes to the window's statements (their CPU is the
     window's own, whatever the rate). The rate is the lower of the two idle measurements (after
-    the warm-up, at the end): the conservative one for chpart, whose raw figures are some ten
+    the warm-up, at the end): the conservative one for chpart, whose raw figures are several
     times the idle background over its wall time, while INSERT's are a hundred times it or more:
     subtracting less never credits chpart with more than surely is background, and a window that measured more may
     have caught a one-off (a late log flush, the first asynchronous metrics of a new table)."""
