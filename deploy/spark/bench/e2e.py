@@ -702,9 +702,10 @@ def net_of_idle(result):
     time, never below what query_log attributes to the window's statements (their CPU is the
     window's own, whatever the rate). The rate is the lower of the two idle measurements (after
     the warm-up, at the end): the conservative one for chpart, whose raw figures are several
-    times the idle background over its wall time, while INSERT's are a hundred times it or more:
-    subtracting less never credits chpart with more than surely is background, and a window that measured more may
-    have caught a one-off (a late log flush, the first asynchronous metrics of a new table)."""
+    times the idle background over its wall time, while INSERT's are a hundred times it or more.
+    Subtracting less never credits chpart with more than surely is background; a measurement
+    that came out higher may hold a one-off (a late log flush) or grow with the tables and parts
+    the server watches."""
     idle = result["server_idle"]
     rate = idle["cpu_per_sec"] = min(idle["start"]["cpu_per_sec"], idle["end"]["cpu_per_sec"])
     idle["rule"] = "the lower of the two measurements (conservative for chpart)"
