@@ -940,7 +940,7 @@ def draw_chart(result, path):
                         (i, load[i] + merge[i]), xytext=(0, 4), textcoords="offset points", ha="center",
                         va="bottom", fontsize=9)
         ax.set_ylim(0, top * 1.45)
-        ax.set_ylabel("server CPU s per uncompressed GB, net of the idle server's (lower is better)")
+        ax.set_ylabel("server CPU s per uncompressed GB, net of idle (lower is better)")
         t = r["targets"]["chpart"]["cpu_ratio_with_merges"]
         title = (f"{shape}: {r['rows'] / 1e6:g}M events, {r['days']} day partition(s), {r['spark_partitions']} tasks\n"
                  f"INSERT / chpart with merges, net of idle: {t['value']:.1f}x (raw {t['raw_value']:.1f}x; target "
@@ -948,7 +948,7 @@ def draw_chart(result, path):
         others = [f"{VARIANT_TAGS[n]} {alt['cpu_ratio_with_merges']['value']:.1f}x"
                   for n, alt in r["targets"].items() if n != "chpart"]
         if others:
-            title += "; " + ", ".join(others)
+            title += "\nalternatives: " + ", ".join(others)
         ax.set_title(title, fontsize=10.5)
         ax.legend(loc="upper left", fontsize=8.5, frameon=False)
         ax.spines[["top", "right"]].set_visible(False)
