@@ -154,7 +154,9 @@ pub fn built_load(
     };
     let ledger = Ledger::new(faulty.clone(), &format!("{}_ledger", db.name));
     let rt = rt();
-    let load: chpart_core::LoadId = format!("cost-{table}").parse().unwrap();
+    // The staging root is the shared server's: the load (and so every attempt's path) is
+    // this test database's own.
+    let load: chpart_core::LoadId = format!("{}-{table}", db.name).parse().unwrap();
     rt.block_on(begin(
         &ledger,
         &BeginRequest {
