@@ -126,6 +126,56 @@ pub fn raw_build(
     Ok(RawBuild { run, parts })
 }
 
+/// An Arrow IPC stream file written by [`arrow_stream`].
+#[derive(Debug)]
+pub struct ArrowStreamFile {
+    /// The clickhouse-local run that wrote it.
+    pub run: Measured,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// Writes the rows of the Parquet files `inputs` (absolute paths) into `out` as one
+/// uncompressed Arrow IPC stream, in the engine's blocks (about 65K rows a batch), with
+/// `clickhouse_local`. Uncompressed, as Spark's Arrow batches are (clickhouse-local's default
+/// would be LZ4 frames), and strings as Utf8, timestamps as timestamps, as a batch job sends
+/// them.
+pub fn arrow_stream(
+    clickhouse_local: &Path,
+    inputs: &[PathBuf],
+    out: &Path,
+) -> anyhow::Result<ArrowStreamFile> {
+    let mut selects = Vec::new();
+    for input in inputs {
+        let path = input
+            .to_str()
+            .with_context(|| format!("input path {} is not UTF-8", input.display()))?;
+        selects.push(format!("SELECT * FROM file({}, Parquet)", quote(path)));
+    }
+    let out_text = out
+        .to_str()
+        .with_context(|| format!("output path {} is not UTF-8", out.display()))?;
+    let query = format!(
+        "SELECT * FROM ({}) INTO OUTFILE {} TRUNCATE FORMAT ArrowStream",
+        selects.join(" UNION ALL "),
+        quote(out_text)
+    );
+    let run = measure::run(
+        Command::new(clickhouse_local)
+            .args([
+                "--output_format_arrow_compression_method=none",
+                "--output_format_arrow_string_as_string=1",
+                "--query",
+            ])
+            .arg(&query),
+    )?;
+    run.check()?;
+    let bytes = std::fs::metadata(out)
+        .with_context(|| format!("stat {}", out.display()))?
+        .len();
+    Ok(ArrowStreamFile { run, bytes })
+}
+
 /// Reads the TabSeparated part list that [`build_query`] ends with.
 pub fn parse_parts(text: &str) -> anyhow::Result<Vec<PartInfo>> {
     text.lines()
