@@ -869,7 +869,9 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
             let ratio = raw / local.secs;
             let _ = writeln!(
                 w,
-                "  build >= {BUILD_TARGET:.2}x raw clickhouse-local: (b) is {ratio:.2}x  {}",
+                "  build >= {BUILD_TARGET:.2}x raw clickhouse-local: (a) {raw:.2} s / (b) {:.2} s \
+                 = {ratio:.3}x  {}",
+                local.secs,
                 verdict(ratio >= BUILD_TARGET)
             );
         }
@@ -892,7 +894,9 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
             let ratio = mb(bytes) / secs / scp_rate;
             let _ = writeln!(
                 w,
-                "  upload >= {UPLOAD_TARGET:.2}x scp: {ratio:.2}x ({how})  {}",
+                "  upload >= {UPLOAD_TARGET:.2}x scp: chpart {:.1} MB/s / scp {scp_rate:.1} MB/s = \
+                 {ratio:.3}x ({how})  {}",
+                mb(bytes) / secs,
                 verdict(ratio >= UPLOAD_TARGET)
             );
         }
@@ -1132,9 +1136,15 @@ mod tests {
         let text = report(&options, "generated ...", &results);
         // The best raw round (9.5 s) against the best local build (10 s); the fastest logged
         // upload (1.5 s) against scp's 1.5 s; the estimate from the best builds, 12 - 10 s.
-        assert!(text.contains("(b) is 0.95x  PASS"), "{text}");
         assert!(
-            text.contains("upload >= 1.00x scp: 1.00x (chpart's logged upload phase)  PASS"),
+            text.contains("(a) 9.50 s / (b) 10.00 s = 0.950x  PASS"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "upload >= 1.00x scp: chpart 200.0 MB/s / scp 200.0 MB/s = 1.000x \
+                 (chpart's logged upload phase)  PASS"
+            ),
             "{text}"
         );
         // No (e) build ran: no stream table, no disk target.
@@ -1157,7 +1167,7 @@ mod tests {
         }
         let text = report(&options, "generated ...", &results);
         assert!(
-            text.contains("upload >= 1.00x scp: 0.75x (estimated as (c) - (b))  MISS"),
+            text.contains("= 0.750x (estimated as (c) - (b))  MISS"),
             "{text}"
         );
         results.add(Variant::Sftp, sample(9.5, bytes, None));
