@@ -12,6 +12,10 @@
 //! - (d) `scp -r` of the part directories (a) made, to the server's filesystem: the upload
 //!   baseline, beside chpart's upload phase as its own log line reports it (and, as a cross
 //!   check that needs no log, (c) - (b));
+//! - (e) `chpart build --input -` fed the same rows as an Arrow IPC stream through a pipe on
+//!   its stdin (the file made once, outside the timings), local transport, with chpart's
+//!   default spool chunk and a small one: its speed against (a) and (b), and the peak local
+//!   disk of its work dir (spooled chunks and parts) against the bound the chunks promise;
 //! - optionally the same with `--merge` (one part per partition), and for reference the
 //!   server-side `INSERT ... FORMAT Parquet` over HTTP, with the server's CPU time.
 //!
@@ -1068,6 +1072,25 @@ mod tests {
         );
     }
 
+    /// Two rounds of 10M rows with the (e) builds, as the report's tests read them.
+    fn options() -> BuildOptions {
+        BuildOptions {
+            rows: 10_000_000,
+            files: 1,
+            seed: 1,
+            hour_start_secs: 0,
+            repeat: 2,
+            merge: false,
+            server_insert: false,
+            raw_only: false,
+            stream: true,
+            small_spool_mib: 256,
+            keep: false,
+            chpart: None,
+            work_dir: None,
+        }
+    }
+
     fn sample(secs: f64, bytes: Option<u64>, upload: Option<f64>) -> Sample {
         Sample {
             secs,
@@ -1118,21 +1141,7 @@ mod tests {
         results.add(Variant::Sftp, sample(12.0, bytes, Some(1.6)));
         results.add(Variant::Sftp, sample(12.5, bytes, Some(1.5)));
         results.add(Variant::Scp, sample(1.5, bytes, None));
-        let options = BuildOptions {
-            rows: 10_000_000,
-            files: 1,
-            seed: 1,
-            hour_start_secs: 0,
-            repeat: 2,
-            merge: false,
-            server_insert: false,
-            raw_only: false,
-            stream: true,
-            small_spool_mib: 256,
-            keep: false,
-            chpart: None,
-            work_dir: None,
-        };
+        let options = options();
         let text = report(&options, "generated ...", &results);
         // The best raw round (9.5 s) against the best local build (10 s); the fastest logged
         // upload (1.5 s) against scp's 1.5 s; the estimate from the best builds, 12 - 10 s.
@@ -1196,21 +1205,7 @@ mod tests {
         // under it, the slower does not, and the worse one decides.
         results.add(Variant::StreamSmall, watched(11.0, 800, Some(5)));
         results.add(Variant::StreamSmall, watched(12.0, 900, Some(5)));
-        let options = BuildOptions {
-            rows: 10_000_000,
-            files: 1,
-            seed: 1,
-            hour_start_secs: 0,
-            repeat: 2,
-            merge: false,
-            server_insert: false,
-            raw_only: false,
-            stream: true,
-            small_spool_mib: 256,
-            keep: false,
-            chpart: None,
-            work_dir: None,
-        };
+        let options = options();
         let text = report(&options, "generated ...", &results);
         assert!(
             text.contains(

@@ -55,7 +55,8 @@ enum Cmd {
         table: String,
     },
     /// The executor-side benchmark: raw clickhouse-local vs `chpart build` (local and SFTP
-    /// transports) vs scp, on one generated input, against a server and sshd it starts itself.
+    /// transports, and fed an Arrow stream on stdin) vs scp, on one generated input, against a
+    /// server and sshd it starts itself.
     Build {
         /// Rows in the generated input.
         #[arg(long)]
