@@ -224,6 +224,38 @@ mod tests {
         assert!(parse_parts("all_1_1_0\tten\t1\t1\t/x\n").is_err());
     }
 
+    /// The (e) builds' input, checked with the real engine: every row of the Parquet files
+    /// (two here, so the union) in one Arrow stream, uncompressed as Spark sends it (LZ4 frames
+    /// would make it far smaller than the rows' 111 bytes in Arrow's memory).
+    #[test]
+    fn the_arrow_stream_holds_every_row_uncompressed() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = generate(&GenOptions {
+            rows: 20_000,
+            out: dir.path().join("events.parquet"),
+            files: 2,
+            seed: 3,
+            hour_start_secs: 1_796_029_200,
+        })
+        .unwrap();
+        let out = dir.path().join("events.arrows");
+        let stream =
+            arrow_stream(&chpart_testenv::clickhouse_local(), &report.paths, &out).unwrap();
+        let per_row = stream.bytes as f64 / 20_000.0;
+        assert!(per_row > 90.0, "{per_row:.1} bytes per row");
+        let check = measure::run(
+            Command::new(chpart_testenv::clickhouse_local())
+                .arg("--query")
+                .arg(format!(
+                    "SELECT count() FROM file({}, ArrowStream)",
+                    quote(out.to_str().unwrap())
+                )),
+        )
+        .unwrap();
+        check.check().unwrap();
+        assert_eq!(check.stdout_text(), "20000\n");
+    }
+
     /// The generator's promise, checked with the real engine: every column of a generated file
     /// reads into the benchmark table (types, nullability, map and array shapes), no row is
     /// lost, and a row is within the intended size.
