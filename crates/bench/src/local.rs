@@ -224,23 +224,28 @@ mod tests {
         assert!(parse_parts("all_1_1_0\tten\t1\t1\t/x\n").is_err());
     }
 
+    /// `rows` generated events of 2026-11-30T09 (seed 3) in `files` Parquet files under `dir`.
+    fn events(dir: &Path, rows: u64, files: usize) -> Vec<PathBuf> {
+        generate(&GenOptions {
+            rows,
+            out: dir.join("events.parquet"),
+            files,
+            seed: 3,
+            hour_start_secs: 1_796_029_200,
+        })
+        .unwrap()
+        .paths
+    }
+
     /// The (e) builds' input, checked with the real engine: every row of the Parquet files
     /// (two here, so the union) in one Arrow stream, uncompressed as Spark sends it (LZ4 frames
     /// would make it far smaller than the rows' 111 bytes in Arrow's memory).
     #[test]
     fn the_arrow_stream_holds_every_row_uncompressed() {
         let dir = tempfile::tempdir().unwrap();
-        let report = generate(&GenOptions {
-            rows: 20_000,
-            out: dir.path().join("events.parquet"),
-            files: 2,
-            seed: 3,
-            hour_start_secs: 1_796_029_200,
-        })
-        .unwrap();
+        let inputs = events(dir.path(), 20_000, 2);
         let out = dir.path().join("events.arrows");
-        let stream =
-            arrow_stream(&chpart_testenv::clickhouse_local(), &report.paths, &out).unwrap();
+        let stream = arrow_stream(&chpart_testenv::clickhouse_local(), &inputs, &out).unwrap();
         let per_row = stream.bytes as f64 / 20_000.0;
         assert!(per_row > 90.0, "{per_row:.1} bytes per row");
         let check = measure::run(
@@ -262,18 +267,11 @@ mod tests {
     #[test]
     fn generated_parquet_loads_into_the_ddl_table_with_clickhouse_local() {
         let dir = tempfile::tempdir().unwrap();
-        let report = generate(&GenOptions {
-            rows: 10_000,
-            out: dir.path().join("events.parquet"),
-            files: 1,
-            seed: 3,
-            hour_start_secs: 1_796_029_200,
-        })
-        .unwrap();
+        let inputs = events(dir.path(), 10_000, 1);
         let build = raw_build(
             &chpart_testenv::clickhouse_local(),
             &dir.path().join("ch"),
-            &report.paths,
+            &inputs,
             false,
         )
         .unwrap();
@@ -300,7 +298,7 @@ mod tests {
                      FROM db.events;\n\
                      SELECT count() FROM db.events AS t \
                      INNER JOIN file({}, Parquet) AS f USING (ts, user_id, event, url)",
-                    quote(report.paths[0].to_str().unwrap())
+                    quote(inputs[0].to_str().unwrap())
                 )),
         )
         .unwrap();
