@@ -12,6 +12,10 @@
 //! - (d) `scp -r` of the part directories (a) made, to the server's filesystem: the upload
 //!   baseline, beside chpart's upload phase as its own log line reports it (and, as a cross
 //!   check that needs no log, (c) - (b));
+//! - (e) `chpart build --input -` fed the same rows as an Arrow IPC stream through a pipe on
+//!   its stdin (the file made once, outside the timings), local transport, with chpart's
+//!   default spool chunk and a small one: its speed against (a) and (b), and the peak local
+//!   disk of its work dir (spooled chunks and parts) against the bound the chunks promise;
 //! - optionally the same with `--merge` (one part per partition), and for reference the
 //!   server-side `INSERT ... FORMAT Parquet` over HTTP, with the server's CPU time.
 //!
@@ -30,10 +34,10 @@ use anyhow::{bail, Context};
 use chpart_testenv::clickhouse::ClickHouse;
 use chpart_testenv::sshd::Sshd;
 
-use crate::chpart::{Chpart, Configs};
+use crate::chpart::{spooled_chunks, Chpart, Configs, ManifestSummary};
 use crate::gen::{generate, GenOptions};
 use crate::local::{self, DATABASE, TABLE};
-use crate::measure::{self, Measured};
+use crate::measure::{self, DiskPeak, DiskWatch, Measured};
 use crate::{events, http, interrupt};
 
 /// What to run.
@@ -55,6 +59,11 @@ pub struct BuildOptions {
     pub server_insert: bool,
     /// Measure only what needs no chpart: raw clickhouse-local, scp, server INSERT.
     pub raw_only: bool,
+    /// Also measure `chpart build` fed the rows as an Arrow IPC stream on stdin (variant (e)).
+    pub stream: bool,
+    /// The small `spool_chunk_mib` of the second Arrow stream build (the first runs with
+    /// chpart's default).
+    pub small_spool_mib: u64,
     /// Keep the benchmark's directory (input, raw builds, configs, chpart's work dirs) instead of
     /// deleting it; the server's and sshd's directories go either way.
     pub keep: bool,
@@ -64,16 +73,26 @@ pub struct BuildOptions {
     pub work_dir: Option<PathBuf>,
 }
 
-/// The targets the report checks.
-const BUILD_TARGET: f64 = 0.9;
-const UPLOAD_TARGET: f64 = 0.9;
+/// The targets the report checks (issue 12, item 3).
+const BUILD_TARGET: f64 = 0.95;
+const UPLOAD_TARGET: f64 = 1.0;
 const RSS_TARGET_MB: f64 = 256.0;
+/// Bounded disk for an Arrow stream build: chpart's work dir never holds more than this many
+/// spool chunks besides the parts (the one being inserted and the one being written), so its
+/// peak is at most this many chunk bounds plus the parts' size, whatever the stream's size.
+const SPOOL_CHUNKS_AT_ONCE: u64 = 2;
+
+/// chpart's default `[clickhouse_local] spool_chunk_mib`, in bytes
+/// (`chpart_protocol::build::DEFAULT_SPOOL_CHUNK_BYTES`, defined as this constant).
+const DEFAULT_SPOOL_CHUNK_BYTES: u64 = chpart_build::parts::ONE_BLOCK_BYTES;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Variant {
     Raw,
     Local,
     Sftp,
+    StreamDefault,
+    StreamSmall,
     RawMerge,
     LocalMerge,
     ServerInsert,
@@ -87,6 +106,8 @@ impl Variant {
             Variant::Raw => "(a) raw clickhouse-local",
             Variant::Local => "(b) chpart build, local transport",
             Variant::Sftp => "(c) chpart build, SFTP to loopback sshd",
+            Variant::StreamDefault => "(e) chpart build < Arrow stream, default spool",
+            Variant::StreamSmall => "(e) chpart build < Arrow stream, small spool",
             Variant::RawMerge => "(m) raw clickhouse-local + OPTIMIZE FINAL",
             Variant::LocalMerge => "(m) chpart build --merge, local transport",
             Variant::ServerInsert => "(r) server INSERT ... FORMAT Parquet (HTTP)",
@@ -107,6 +128,12 @@ struct Sample {
     part_bytes: Option<u64>,
     /// chpart's own account of where the time went, from its log.
     phases: Option<Phases>,
+    /// Parts chpart made.
+    parts: Option<usize>,
+    /// chpart's work dir while it ran (watched for chpart builds on the local transport).
+    disk: Option<DiskPeak>,
+    /// Spooled chunks of an Arrow stream build, from chpart's debug log.
+    chunks: Option<u64>,
 }
 
 impl Sample {
@@ -118,6 +145,9 @@ impl Sample {
             server_cpu_secs,
             part_bytes,
             phases: Phases::parse(&String::from_utf8_lossy(&run.stderr)),
+            parts: None,
+            disk: None,
+            chunks: spooled_chunks(&String::from_utf8_lossy(&run.stderr)),
         }
     }
 }
@@ -194,6 +224,8 @@ struct Results {
     raw_part_bytes: u64,
     raw_uncompressed: u64,
     chpart_parts: Option<usize>,
+    /// Bytes of the Arrow stream file the (e) builds are fed.
+    stream_bytes: Option<u64>,
 }
 
 impl Results {
@@ -253,6 +285,21 @@ pub fn run(options: &BuildOptions) -> anyhow::Result<()> {
         hour_start_secs: options.hour_start_secs,
     })?;
     println!("input: {}", gen.summary());
+    // The (e) builds' input, made once and outside every timing.
+    let stream = match (&chpart, options.stream) {
+        (Some(_), true) => {
+            let path = root.join("input").join("events.arrows");
+            let made = local::arrow_stream(&clickhouse_local, &gen.paths, &path)?;
+            println!(
+                "arrow stream: {} ({:.1} MB, written in {:.1}s by clickhouse-local)",
+                path.display(),
+                mb(made.bytes),
+                made.run.wall.as_secs_f64()
+            );
+            Some((path, made.bytes))
+        }
+        _ => None,
+    };
 
     println!("starting ClickHouse 26.9 (chdb) and sshd on 127.0.0.1 ...");
     let server = ClickHouse::start(None);
@@ -283,7 +330,10 @@ pub fn run(options: &BuildOptions) -> anyhow::Result<()> {
         }
     }
 
-    let mut results = Results::default();
+    let mut results = Results {
+        stream_bytes: stream.as_ref().map(|(_, bytes)| *bytes),
+        ..Results::default()
+    };
     for round in 0..options.repeat {
         if interrupt::requested() {
             bail!("interrupted");
@@ -294,6 +344,7 @@ pub fn run(options: &BuildOptions) -> anyhow::Result<()> {
             round,
             dir: &round_dir,
             inputs: &gen.paths,
+            stream: stream.as_ref().map(|(path, _)| path.as_path()),
             server: &server,
             sshd: &sshd,
             clickhouse_local: &clickhouse_local,
@@ -323,6 +374,8 @@ struct Round<'a> {
     round: usize,
     dir: &'a Path,
     inputs: &'a [PathBuf],
+    /// The Arrow stream file of the same rows, if the (e) builds run.
+    stream: Option<&'a Path>,
     server: &'a ClickHouse,
     sshd: &'a Sshd,
     clickhouse_local: &'a Path,
@@ -364,14 +417,41 @@ impl Round<'_> {
             ] {
                 let cpu = self.server.cpu_seconds();
                 let attempt = format!("{transport}-r{}", self.round);
-                let (run, manifest) =
-                    chpart.build(config, load, 0, &attempt, self.inputs, false)?;
-                self.expect_rows(variant.label(), manifest.rows)?;
+                let watch = DiskWatch::start(&self.configs.work, SPOOL_EXTENSION);
+                let built = chpart.build(config, load, 0, &attempt, self.inputs, false);
+                let disk = watch.stop();
+                let (run, manifest) = built?;
                 results.chpart_parts = Some(manifest.parts);
-                results.add(
-                    variant,
-                    Sample::of(&run, self.server_cpu_since(cpu), Some(manifest.bytes)),
-                );
+                let sample = self.chpart_sample(variant, &run, cpu, &manifest, disk)?;
+                results.add(variant, sample);
+            }
+            // (e): the same rows as an Arrow stream on stdin, spooled in chunks of chpart's
+            // default bound and of a small one.
+            if let Some(stream) = self.stream {
+                for (variant, spool_mib) in [
+                    (Variant::StreamDefault, None),
+                    (Variant::StreamSmall, Some(options.small_spool_mib)),
+                ] {
+                    let cpu = self.server.cpu_seconds();
+                    let attempt = format!(
+                        "stream-{}-r{}",
+                        spool_mib.map_or("default".into(), |m| format!("{m}mib")),
+                        self.round
+                    );
+                    let watch = DiskWatch::start(&self.configs.work, SPOOL_EXTENSION);
+                    let built = chpart.build_stream(
+                        &self.configs.local,
+                        "bench-local",
+                        0,
+                        &attempt,
+                        stream,
+                        spool_mib,
+                    );
+                    let disk = watch.stop();
+                    let (run, manifest) = built?;
+                    let sample = self.chpart_sample(variant, &run, cpu, &manifest, disk)?;
+                    results.add(variant, sample);
+                }
             }
         }
 
@@ -449,10 +529,34 @@ impl Round<'_> {
                     server_cpu_secs: server_cpu,
                     part_bytes: None,
                     phases: None,
+                    parts: None,
+                    disk: None,
+                    chunks: None,
                 },
             );
         }
         Ok(())
+    }
+
+    /// The sample of a chpart build whose work dir was watched, after checking its rows.
+    fn chpart_sample(
+        &self,
+        variant: Variant,
+        run: &Measured,
+        server_cpu_before: Option<f64>,
+        manifest: &ManifestSummary,
+        disk: DiskPeak,
+    ) -> anyhow::Result<Sample> {
+        self.expect_rows(variant.label(), manifest.rows)?;
+        Ok(Sample {
+            parts: Some(manifest.parts),
+            disk: Some(disk),
+            ..Sample::of(
+                run,
+                self.server_cpu_since(server_cpu_before),
+                Some(manifest.bytes),
+            )
+        })
     }
 
     /// A benchmark of a wrong result is worthless: every variant must produce every row.
@@ -527,6 +631,9 @@ fn tree_bytes(path: &Path) -> anyhow::Result<u64> {
     Ok(total)
 }
 
+/// The extension of chpart's spooled chunk files (`<work dir>/input-<n>.arrows`).
+const SPOOL_EXTENSION: &str = "arrows";
+
 fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
@@ -576,6 +683,8 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
         Variant::Raw,
         Variant::Local,
         Variant::Sftp,
+        Variant::StreamDefault,
+        Variant::StreamSmall,
         Variant::RawMerge,
         Variant::LocalMerge,
         Variant::ServerInsert,
@@ -623,6 +732,52 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
                 p.upload,
                 p.publish,
                 best.secs - p.total(),
+            );
+        }
+    }
+
+    let streamed = stream_rows(options, results);
+    if streamed.iter().any(|row| row.chunk_bytes.is_some()) {
+        let _ = writeln!(w);
+        let _ = writeln!(
+            w,
+            "{:<46} {:>7} {:>6} {:>7} {:>9} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8}",
+            "Arrow stream on stdin: work dir disk, MB",
+            "vs (b)",
+            "chunks",
+            "at once",
+            "chunk MiB",
+            "largest",
+            "peak",
+            "bound",
+            "parts",
+            "parts#",
+            "stream"
+        );
+        for row in &streamed {
+            // (b) spools nothing: its chunk columns are blank.
+            let spooled = |text: String| {
+                if row.chunk_bytes.is_some() {
+                    text
+                } else {
+                    "-".to_owned()
+                }
+            };
+            let _ = writeln!(
+                w,
+                "{:<46} {:>7} {:>6} {:>7} {:>9} {:>8} {:>8.1} {:>8} {:>8.1} {:>6} {:>8}",
+                row.variant.label(),
+                row.vs_local.map_or("-".into(), |r| format!("{r:.2}x")),
+                row.chunks.map_or("-".into(), |c| c.to_string()),
+                spooled(row.at_once.to_string()),
+                spooled((row.chunk_bytes.unwrap_or(0) >> 20).to_string()),
+                spooled(format!("{:.1}", mb(row.largest_chunk_bytes))),
+                mb(row.peak_bytes),
+                row.bound_bytes()
+                    .map_or("-".into(), |b| format!("{:.1}", mb(b))),
+                mb(row.part_bytes),
+                row.parts,
+                spooled(format!("{:.1}", mb(results.stream_bytes.unwrap_or(0)))),
             );
         }
     }
@@ -697,9 +852,17 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
          tree RSS = wait4's ru_maxrss: the largest of the process and its descendants \
          (clickhouse-local's engine)\n  \
          server CPU = utime+stime of the server process while the variant ran\n  \
+         (e) = chpart build --input - fed the same rows as an uncompressed Arrow IPC stream file \
+         through a pipe; vs (b) = (b)'s secs over (e)'s\n  \
+         work dir disk = the most one walk of chpart's work dir found (every {} ms: spooled \
+         chunks, clickhouse-local's data dir with the parts, its temporary files; allocated \
+         blocks); bound = {SPOOL_CHUNKS_AT_ONCE} x chunk + parts; at once = most chunk files \
+         one walk saw; largest = the largest chunk file seen (a chunk ends after the batch that \
+         reaches the bound, so it may pass the bound by one batch)\n  \
          scp -r includes its SSH set-up (the one-file row); chpart's upload phase does not (it \
          connects earlier)",
-        measure::POLL.as_millis()
+        measure::POLL.as_millis(),
+        measure::DISK_POLL.as_millis(),
     );
 
     let _ = writeln!(w);
@@ -710,14 +873,16 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
             let ratio = raw / local.secs;
             let _ = writeln!(
                 w,
-                "  build >= {BUILD_TARGET}x raw clickhouse-local: (b) is {ratio:.2}x  {}",
+                "  build >= {BUILD_TARGET:.2}x raw clickhouse-local: (a) {raw:.2} s / (b) {:.2} s \
+                 = {ratio:.3}x  {}",
+                local.secs,
                 verdict(ratio >= BUILD_TARGET)
             );
         }
         _ => {
             let _ = writeln!(
                 w,
-                "  build >= {BUILD_TARGET}x raw clickhouse-local: not measured (--raw-only)"
+                "  build >= {BUILD_TARGET:.2}x raw clickhouse-local: not measured (--raw-only)"
             );
         }
     }
@@ -733,29 +898,58 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
             let ratio = mb(bytes) / secs / scp_rate;
             let _ = writeln!(
                 w,
-                "  upload >= {UPLOAD_TARGET}x scp: {ratio:.2}x ({how})  {}",
+                "  upload >= {UPLOAD_TARGET:.2}x scp: chpart {:.1} MB/s / scp {scp_rate:.1} MB/s = \
+                 {ratio:.3}x ({how})  {}",
+                mb(bytes) / secs,
                 verdict(ratio >= UPLOAD_TARGET)
             );
         }
         (None, _, Some(Estimate::WithinNoise)) => {
             let _ = writeln!(
                 w,
-                "  upload >= {UPLOAD_TARGET}x scp: chpart logged no upload phase and the SFTP build \
+                "  upload >= {UPLOAD_TARGET:.2}x scp: chpart logged no upload phase and the SFTP build \
                  was not slower than the local one; no estimate (rerun with --repeat 3)"
             );
         }
         _ => {
             let _ = writeln!(
                 w,
-                "  upload >= {UPLOAD_TARGET}x scp: not measured (--raw-only)"
+                "  upload >= {UPLOAD_TARGET:.2}x scp: not measured (--raw-only)"
             );
         }
     }
-    let chpart_peak = [Variant::Local, Variant::Sftp, Variant::LocalMerge]
-        .iter()
-        .flat_map(|v| results.samples.get(v).into_iter().flatten())
-        .filter_map(|s| s.own_peak_kib)
-        .max();
+    for row in &streamed {
+        let Some(bound) = row.bound_bytes() else {
+            continue;
+        };
+        let whole = results.stream_bytes.unwrap_or(0) + row.part_bytes;
+        let _ = writeln!(
+            w,
+            "  {} disk <= {SPOOL_CHUNKS_AT_ONCE} x spool chunk + parts: peak {:.1} MB (highest of all rounds) <= \
+             {SPOOL_CHUNKS_AT_ONCE} x {:.1} + {:.1} = {:.1} MB  {} (the whole stream spooled \
+             would be {:.1} + {:.1} = {:.1} MB)",
+            row.variant.label(),
+            mb(row.peak_bytes),
+            mb(row.chunk_bytes.unwrap_or(0)),
+            mb(row.part_bytes),
+            mb(bound),
+            verdict(row.peak_bytes <= bound),
+            mb(results.stream_bytes.unwrap_or(0)),
+            mb(row.part_bytes),
+            mb(whole),
+        );
+    }
+    let chpart_peak = [
+        Variant::Local,
+        Variant::Sftp,
+        Variant::StreamDefault,
+        Variant::StreamSmall,
+        Variant::LocalMerge,
+    ]
+    .iter()
+    .flat_map(|v| results.samples.get(v).into_iter().flatten())
+    .filter_map(|s| s.own_peak_kib)
+    .max();
     match chpart_peak {
         Some(kib) => {
             let peak_mb = kib as f64 * 1024.0 / 1e6;
@@ -773,6 +967,63 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
         }
     }
     out
+}
+
+/// One row of the Arrow stream table: a watched chpart build on the local transport, its best
+/// round.
+struct StreamRow {
+    variant: Variant,
+    /// (b)'s best time over this row's.
+    vs_local: Option<f64>,
+    chunks: Option<u64>,
+    /// The spool chunk bound; None for (b), which spools nothing.
+    chunk_bytes: Option<u64>,
+    /// The work dir's peak, highest of all rounds (a bound holds in every round or not at all).
+    peak_bytes: u64,
+    /// The most chunk files one walk saw, in any round.
+    at_once: usize,
+    /// The largest chunk file seen, in any round (a chunk ends after the batch that reaches
+    /// the bound, so it may exceed the bound by one batch).
+    largest_chunk_bytes: u64,
+    part_bytes: u64,
+    parts: usize,
+}
+
+impl StreamRow {
+    /// [`SPOOL_CHUNKS_AT_ONCE`] chunk bounds plus the parts.
+    fn bound_bytes(&self) -> Option<u64> {
+        Some(SPOOL_CHUNKS_AT_ONCE * self.chunk_bytes? + self.part_bytes)
+    }
+}
+
+/// (b), for reference (a Parquet build's work dir holds only the parts), and the (e) builds.
+fn stream_rows(options: &BuildOptions, results: &Results) -> Vec<StreamRow> {
+    let local = results.best(Variant::Local);
+    [
+        (Variant::Local, None),
+        (Variant::StreamDefault, Some(DEFAULT_SPOOL_CHUNK_BYTES)),
+        (Variant::StreamSmall, Some(options.small_spool_mib << 20)),
+    ]
+    .into_iter()
+    .filter_map(|(variant, chunk_bytes)| {
+        let best = results.best(variant)?;
+        let disks: Vec<&DiskPeak> = results.samples[&variant]
+            .iter()
+            .filter_map(|s| s.disk.as_ref())
+            .collect();
+        Some(StreamRow {
+            variant,
+            vs_local: local.map(|l| l.secs / best.secs),
+            chunks: best.chunks,
+            chunk_bytes,
+            peak_bytes: disks.iter().map(|d| d.peak_bytes).max()?,
+            at_once: disks.iter().map(|d| d.most_marked_at_once).max()?,
+            largest_chunk_bytes: disks.iter().map(|d| d.largest_marked_bytes).max()?,
+            part_bytes: best.part_bytes?,
+            parts: best.parts?,
+        })
+    })
+    .collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -821,6 +1072,25 @@ mod tests {
         );
     }
 
+    /// Two rounds of 10M rows with the (e) builds, as the report's tests read them.
+    fn options() -> BuildOptions {
+        BuildOptions {
+            rows: 10_000_000,
+            files: 1,
+            seed: 1,
+            hour_start_secs: 0,
+            repeat: 2,
+            merge: false,
+            server_insert: false,
+            raw_only: false,
+            stream: true,
+            small_spool_mib: 256,
+            keep: false,
+            chpart: None,
+            work_dir: None,
+        }
+    }
+
     fn sample(secs: f64, bytes: Option<u64>, upload: Option<f64>) -> Sample {
         Sample {
             secs,
@@ -834,6 +1104,24 @@ mod tests {
                 upload,
                 publish: 0.0,
             }),
+            parts: Some(10),
+            disk: None,
+            chunks: None,
+        }
+    }
+
+    /// A watched build whose work dir peaked at `peak_mb`, with `chunks` spooled chunks.
+    fn watched(secs: f64, peak_mb: u64, chunks: Option<u64>) -> Sample {
+        Sample {
+            disk: Some(DiskPeak {
+                peak_bytes: peak_mb * 1_000_000,
+                samples: 100,
+                most_marked_at_once: if chunks.is_some() { 2 } else { 0 },
+                largest_marked_bytes: if chunks.is_some() { 250_000_000 } else { 0 },
+                marked_seen: Default::default(),
+            }),
+            chunks,
+            ..sample(secs, Some(300_000_000), None)
         }
     }
 
@@ -848,32 +1136,28 @@ mod tests {
         };
         let bytes = Some(300_000_000);
         results.add(Variant::Raw, sample(10.0, bytes, None));
-        results.add(Variant::Raw, sample(9.0, bytes, None));
+        results.add(Variant::Raw, sample(9.5, bytes, None));
         results.add(Variant::Local, sample(10.0, bytes, Some(0.1)));
         results.add(Variant::Sftp, sample(12.0, bytes, Some(1.6)));
         results.add(Variant::Sftp, sample(12.5, bytes, Some(1.5)));
         results.add(Variant::Scp, sample(1.5, bytes, None));
-        let options = BuildOptions {
-            rows: 10_000_000,
-            files: 1,
-            seed: 1,
-            hour_start_secs: 0,
-            repeat: 2,
-            merge: false,
-            server_insert: false,
-            raw_only: false,
-            keep: false,
-            chpart: None,
-            work_dir: None,
-        };
+        let options = options();
         let text = report(&options, "generated ...", &results);
-        // The best raw round (9 s) against the best local build (10 s); the fastest logged
+        // The best raw round (9.5 s) against the best local build (10 s); the fastest logged
         // upload (1.5 s) against scp's 1.5 s; the estimate from the best builds, 12 - 10 s.
-        assert!(text.contains("(b) is 0.90x  PASS"), "{text}");
         assert!(
-            text.contains("upload >= 0.9x scp: 1.00x (chpart's logged upload phase)  PASS"),
+            text.contains("(a) 9.50 s / (b) 10.00 s = 0.950x  PASS"),
             "{text}"
         );
+        assert!(
+            text.contains(
+                "upload >= 1.00x scp: chpart 200.0 MB/s / scp 200.0 MB/s = 1.000x \
+                 (chpart's logged upload phase)  PASS"
+            ),
+            "{text}"
+        );
+        // No (e) build ran: no stream table, no disk target.
+        assert!(!text.contains("Arrow stream on stdin"), "{text}");
         assert!(
             text.contains("41.0 MB (highest of all rounds)  PASS"),
             "{text}"
@@ -892,7 +1176,7 @@ mod tests {
         }
         let text = report(&options, "generated ...", &results);
         assert!(
-            text.contains("upload >= 0.9x scp: 0.75x (estimated as (c) - (b))  MISS"),
+            text.contains("= 0.750x (estimated as (c) - (b))  MISS"),
             "{text}"
         );
         results.add(Variant::Sftp, sample(9.5, bytes, None));
@@ -901,6 +1185,56 @@ mod tests {
         assert!(
             text.contains("no estimate (rerun with --repeat 3)"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_report_bounds_the_stream_builds_disk_by_their_worst_round() {
+        let mut results = Results {
+            raw_parts: 10,
+            raw_part_bytes: 300_000_000,
+            chpart_parts: Some(10),
+            stream_bytes: Some(1_200_000_000),
+            ..Results::default()
+        };
+        results.add(Variant::Raw, sample(9.0, Some(300_000_000), None));
+        results.add(Variant::Local, watched(10.0, 300, None));
+        // Default chunks (1 GiB): far under 2 x 1073.7 + 300 MB.
+        results.add(Variant::StreamDefault, watched(12.5, 1500, Some(2)));
+        // 256 MiB chunks: the bound is 2 x 268.4 + 300 = 836.9 MB; the faster round stays
+        // under it, the slower does not, and the worse one decides.
+        results.add(Variant::StreamSmall, watched(11.0, 800, Some(5)));
+        results.add(Variant::StreamSmall, watched(12.0, 900, Some(5)));
+        let options = options();
+        let text = report(&options, "generated ...", &results);
+        assert!(
+            text.contains(
+                "(e) chpart build < Arrow stream, default spool disk <= 2 x spool chunk + parts: \
+                 peak 1500.0 MB (highest of all rounds) <= 2 x 1073.7 + 300.0 = 2447.5 MB  PASS \
+                 (the whole stream spooled would be 1200.0 + 300.0 = 1500.0 MB)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "peak 900.0 MB (highest of all rounds) <= 2 x 268.4 + 300.0 = 836.9 MB  MISS"
+            ),
+            "{text}"
+        );
+        // The table: (b) for reference, each (e) with its speed against (b) and its chunks.
+        let table = text
+            .split_once("Arrow stream on stdin")
+            .unwrap_or_else(|| panic!("no stream table in {text}"))
+            .1;
+        let small = table
+            .lines()
+            .find(|l| l.starts_with(Variant::StreamSmall.label()))
+            .unwrap_or_else(|| panic!("no small spool row in {text}"));
+        let fields: Vec<&str> = small.split_whitespace().collect();
+        assert_eq!(
+            fields[fields.len() - 10..],
+            ["0.91x", "5", "2", "256", "250.0", "900.0", "836.9", "300.0", "10", "1200.0"],
+            "{small}"
         );
     }
 }

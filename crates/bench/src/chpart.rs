@@ -20,6 +20,8 @@ pub struct Configs {
     pub local: PathBuf,
     /// SFTP through the run's loopback sshd, as executors and drivers reach a real server.
     pub sftp: PathBuf,
+    /// `[clickhouse_local] work_dir` of both: the parent of every build's local work dir.
+    pub work: PathBuf,
 }
 
 impl Configs {
@@ -55,7 +57,7 @@ impl Configs {
                 toml_path(&sshd.known_hosts)?,
             ),
         )?;
-        Ok(Configs { local, sftp })
+        Ok(Configs { local, sftp, work })
     }
 }
 
@@ -176,6 +178,39 @@ impl Chpart {
         inputs: &[PathBuf],
         merge: bool,
     ) -> anyhow::Result<(Measured, ManifestSummary)> {
+        let mut cmd = self.build_command(config, load, partition, attempt);
+        for input in inputs {
+            cmd.arg("--input").arg(input);
+        }
+        if merge {
+            cmd.arg("--merge");
+        }
+        Self::built(measure::run(&mut cmd)?)
+    }
+
+    /// `chpart build --input -` fed the Arrow IPC stream file `stream` through a pipe on its
+    /// stdin, as a Spark task feeds it, with `[clickhouse_local] spool_chunk_mib` set to
+    /// `spool_chunk_mib` (None: chpart's default). Its log includes the debug line that counts
+    /// the spooled chunks ([`spooled_chunks`]).
+    pub fn build_stream(
+        &self,
+        config: &Path,
+        load: &str,
+        partition: u32,
+        attempt: &str,
+        stream: &Path,
+        spool_chunk_mib: Option<u64>,
+    ) -> anyhow::Result<(Measured, ManifestSummary)> {
+        let mut cmd = self.build_command(config, load, partition, attempt);
+        cmd.args(["--input", "-"])
+            .env("CHPART_LOG", "info,chpart_protocol::build=debug");
+        if let Some(mib) = spool_chunk_mib {
+            cmd.env("CHPART_CLICKHOUSE_LOCAL_SPOOL_CHUNK_MIB", mib.to_string());
+        }
+        Self::built(measure::run_fed(&mut cmd, Some(stream))?)
+    }
+
+    fn build_command(&self, config: &Path, load: &str, partition: u32, attempt: &str) -> Command {
         let mut cmd = self.command();
         cmd.arg("build").arg("--config").arg(config).args([
             "--load",
@@ -185,13 +220,11 @@ impl Chpart {
             "--attempt",
             attempt,
         ]);
-        for input in inputs {
-            cmd.arg("--input").arg(input);
-        }
-        if merge {
-            cmd.arg("--merge");
-        }
-        let run = measure::run(&mut cmd)?;
+        cmd
+    }
+
+    /// A finished build, checked, with the manifest it printed.
+    fn built(run: Measured) -> anyhow::Result<(Measured, ManifestSummary)> {
         run.check()?;
         let summary = ManifestSummary::parse(&run.stdout_text())
             .with_context(|| format!("the manifest printed by {}", run.described))?;
@@ -223,6 +256,18 @@ impl Chpart {
             ]);
         cmd
     }
+}
+
+/// The number of spooled chunks from the debug line of an Arrow stream build's log
+/// (`built from N spooled chunk(s) of at most about M MiB`); None if the log has no such line.
+pub fn spooled_chunks(log: &str) -> Option<u64> {
+    let line = log.lines().rev().find(|l| l.contains("spooled chunk(s)"))?;
+    line.split_once("built from ")?
+        .1
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// What the benchmarks read from an attempt manifest.
@@ -297,6 +342,14 @@ impl ManifestSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spooled_chunks_are_read_from_the_debug_line() {
+        let log = "2026-12-02T23:00:00Z DEBUG built from 5 spooled chunk(s) of at most about \
+                   256 MiB\n2026-12-02T23:00:01Z  INFO published 10 part(s)\n";
+        assert_eq!(spooled_chunks(log), Some(5));
+        assert_eq!(spooled_chunks("INFO published 10 part(s)"), None);
+    }
 
     #[test]
     fn the_manifest_summary_adds_up_the_parts() {

@@ -126,6 +126,56 @@ pub fn raw_build(
     Ok(RawBuild { run, parts })
 }
 
+/// An Arrow IPC stream file written by [`arrow_stream`].
+#[derive(Debug)]
+pub struct ArrowStreamFile {
+    /// The clickhouse-local run that wrote it.
+    pub run: Measured,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// Writes the rows of the Parquet files `inputs` (absolute paths) into `out` as one
+/// uncompressed Arrow IPC stream, in the engine's blocks (about 65K rows a batch), with
+/// `clickhouse_local`. Uncompressed, as Spark's Arrow batches are (clickhouse-local's default
+/// would be LZ4 frames), and strings as Utf8, timestamps as timestamps, as a batch job sends
+/// them.
+pub fn arrow_stream(
+    clickhouse_local: &Path,
+    inputs: &[PathBuf],
+    out: &Path,
+) -> anyhow::Result<ArrowStreamFile> {
+    let mut selects = Vec::new();
+    for input in inputs {
+        let path = input
+            .to_str()
+            .with_context(|| format!("input path {} is not UTF-8", input.display()))?;
+        selects.push(format!("SELECT * FROM file({}, Parquet)", quote(path)));
+    }
+    let out_text = out
+        .to_str()
+        .with_context(|| format!("output path {} is not UTF-8", out.display()))?;
+    let query = format!(
+        "SELECT * FROM ({}) INTO OUTFILE {} TRUNCATE FORMAT ArrowStream",
+        selects.join(" UNION ALL "),
+        quote(out_text)
+    );
+    let run = measure::run(
+        Command::new(clickhouse_local)
+            .args([
+                "--output_format_arrow_compression_method=none",
+                "--output_format_arrow_string_as_string=1",
+                "--query",
+            ])
+            .arg(&query),
+    )?;
+    run.check()?;
+    let bytes = std::fs::metadata(out)
+        .with_context(|| format!("stat {}", out.display()))?
+        .len();
+    Ok(ArrowStreamFile { run, bytes })
+}
+
 /// Reads the TabSeparated part list that [`build_query`] ends with.
 pub fn parse_parts(text: &str) -> anyhow::Result<Vec<PartInfo>> {
     text.lines()
@@ -174,24 +224,54 @@ mod tests {
         assert!(parse_parts("all_1_1_0\tten\t1\t1\t/x\n").is_err());
     }
 
+    /// `rows` generated events of 2026-11-30T09 (seed 3) in `files` Parquet files under `dir`.
+    fn events(dir: &Path, rows: u64, files: usize) -> Vec<PathBuf> {
+        generate(&GenOptions {
+            rows,
+            out: dir.join("events.parquet"),
+            files,
+            seed: 3,
+            hour_start_secs: 1_796_029_200,
+        })
+        .unwrap()
+        .paths
+    }
+
+    /// The (e) builds' input, checked with the real engine: every row of the Parquet files
+    /// (two here, so the union) in one Arrow stream, uncompressed as Spark sends it (LZ4 frames
+    /// would make it far smaller than the rows' 111 bytes in Arrow's memory).
+    #[test]
+    fn the_arrow_stream_holds_every_row_uncompressed() {
+        let dir = tempfile::tempdir().unwrap();
+        let inputs = events(dir.path(), 20_000, 2);
+        let out = dir.path().join("events.arrows");
+        let stream = arrow_stream(&chpart_testenv::clickhouse_local(), &inputs, &out).unwrap();
+        let per_row = stream.bytes as f64 / 20_000.0;
+        assert!(per_row > 90.0, "{per_row:.1} bytes per row");
+        let check = measure::run(
+            Command::new(chpart_testenv::clickhouse_local())
+                .arg("--query")
+                .arg(format!(
+                    "SELECT count() FROM file({}, ArrowStream)",
+                    quote(out.to_str().unwrap())
+                )),
+        )
+        .unwrap();
+        check.check().unwrap();
+        assert_eq!(check.stdout_text(), "20000\n");
+    }
+
     /// The generator's promise, checked with the real engine: every column of a generated file
     /// reads into the benchmark table (types, nullability, map and array shapes), no row is
     /// lost, and a row is within the intended size.
     #[test]
     fn generated_parquet_loads_into_the_ddl_table_with_clickhouse_local() {
         let dir = tempfile::tempdir().unwrap();
-        let report = generate(&GenOptions {
-            rows: 10_000,
-            out: dir.path().join("events.parquet"),
-            files: 1,
-            seed: 3,
-            hour_start_secs: 1_796_029_200,
-        })
-        .unwrap();
+        let inputs = events(dir.path(), 10_000, 1);
         let build = raw_build(
             &chpart_testenv::clickhouse_local(),
             &dir.path().join("ch"),
-            &report.paths,
+            &inputs,
             false,
         )
         .unwrap();
@@ -218,7 +298,7 @@ mod tests {
                      FROM db.events;\n\
                      SELECT count() FROM db.events AS t \
                      INNER JOIN file({}, Parquet) AS f USING (ts, user_id, event, url)",
-                    quote(report.paths[0].to_str().unwrap())
+                    quote(inputs[0].to_str().unwrap())
                 )),
         )
         .unwrap();

@@ -55,7 +55,8 @@ enum Cmd {
         table: String,
     },
     /// The executor-side benchmark: raw clickhouse-local vs `chpart build` (local and SFTP
-    /// transports) vs scp, on one generated input, against a server and sshd it starts itself.
+    /// transports, and fed an Arrow stream on stdin) vs scp, on one generated input, against a
+    /// server and sshd it starts itself.
     Build {
         /// Rows in the generated input.
         #[arg(long)]
@@ -75,6 +76,13 @@ enum Cmd {
         /// INSERT).
         #[arg(long)]
         raw_only: bool,
+        /// Skip the (e) builds fed the rows as an Arrow IPC stream on stdin.
+        #[arg(long)]
+        no_stream: bool,
+        /// The `spool_chunk_mib` of the second (e) build (the first runs with chpart's
+        /// default), small enough to make several chunks.
+        #[arg(long, value_name = "MIB", default_value_t = 256)]
+        small_spool_mib: u64,
         /// Keep the benchmark's directory (input, raw builds, configs, chpart's work dir) instead
         /// of deleting it; the server's and sshd's directories are removed either way.
         #[arg(long)]
@@ -230,6 +238,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             merge,
             no_server_insert,
             raw_only,
+            no_stream,
+            small_spool_mib,
             keep,
             chpart,
             work_dir,
@@ -242,6 +252,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             merge,
             server_insert: !no_server_insert,
             raw_only,
+            stream: !no_stream,
+            small_spool_mib,
             keep,
             chpart,
             work_dir,

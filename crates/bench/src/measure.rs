@@ -11,9 +11,15 @@
 //! chpart is writing its manifest. The `wait4` figure is kept too, labelled as the peak of the
 //! process tree.
 
+use std::collections::{BTreeSet, HashSet};
+use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -78,13 +84,35 @@ pub fn tail(bytes: &[u8], lines: usize) -> String {
 /// Runs `cmd` to completion with stdin closed and stdout/stderr captured, sampling its
 /// `VmHWM`. An interrupt kills the child and returns an error.
 pub fn run(cmd: &mut Command) -> anyhow::Result<Measured> {
+    run_fed(cmd, None)
+}
+
+/// [`run`], with the file `stdin` (if given) written into the child's stdin through a pipe, as
+/// a producer process would: the child gets a pipe it cannot seek in, not the file. The copy
+/// runs on its own thread from spawning on, so it is inside the wall time.
+pub fn run_fed(cmd: &mut Command, stdin: Option<&Path>) -> anyhow::Result<Measured> {
     let described = describe(cmd);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let feed = match stdin {
+        Some(path) => Some(File::open(path).with_context(|| format!("open {}", path.display()))?),
+        None => None,
+    };
+    cmd.stdin(if feed.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let started = Instant::now();
     let mut child = cmd.spawn().with_context(|| format!("start {described}"))?;
     let pid = child.id() as libc::pid_t;
+    let feeder = feed.map(|mut file| {
+        let mut pipe = child.stdin.take().expect("stdin is piped");
+        // A child that stops reading early breaks the pipe; its exit status tells why.
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut file, &mut pipe);
+        })
+    });
     // Pipes are drained on their own threads: a child that fills one pipe while we wait would
     // otherwise block forever.
     let stdout = drain(child.stdout.take().expect("stdout is piped"));
@@ -118,6 +146,9 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<Measured> {
         std::thread::sleep(POLL);
     };
     let wall = started.elapsed();
+    if let Some(feeder) = feeder {
+        feeder.join().expect("feeder thread does not panic");
+    }
     let stdout = stdout.join().expect("reader thread does not panic");
     let stderr = stderr.join().expect("reader thread does not panic");
     if killed {
@@ -150,6 +181,102 @@ pub fn vm_hwm_kib(pid: libc::pid_t) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// How often [`DiskWatch`] walks its directory. A walk of a build's work dir (a few hundred
+/// files) takes well under a millisecond of one core; at 50 ms a spooled chunk of 256 MiB,
+/// which takes seconds to write and insert, cannot come and go unseen.
+pub const DISK_POLL: Duration = Duration::from_millis(50);
+
+/// The local disk a directory tree takes while something runs: a thread walks it every
+/// [`DISK_POLL`] and keeps the largest total, and the files named `*.<extension>` it saw (a build's
+/// spooled chunks). A file is counted by its allocated blocks (`st_blocks`, what `du` counts), a
+/// file with several links once, a symbolic link not followed; a file or directory that vanishes
+/// mid-walk is skipped, so one sample may slightly undercount a tree that is being rewritten.
+pub struct DiskWatch {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<DiskPeak>,
+}
+
+/// What a [`DiskWatch`] saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskPeak {
+    /// The largest total of one walk, in bytes.
+    pub peak_bytes: u64,
+    /// Walks made.
+    pub samples: u64,
+    /// The most `*.<extension>` files one walk found.
+    pub most_marked_at_once: usize,
+    /// The largest `*.<extension>` file seen, in bytes (its length, not its blocks).
+    pub largest_marked_bytes: u64,
+    /// The names of every `*.<extension>` file seen.
+    pub marked_seen: BTreeSet<String>,
+}
+
+impl DiskWatch {
+    /// Starts watching `dir` (which may not exist yet), marking files named `*.<extension>`.
+    pub fn start(dir: &Path, extension: &'static str) -> DiskWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (dir, stopping) = (dir.to_path_buf(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut peak = DiskPeak::default();
+            loop {
+                // One last walk after the stop: the tree as the command left it.
+                let last = stopping.load(Ordering::Relaxed);
+                let mut marked = Vec::new();
+                let bytes = disk_usage(&dir, extension, &mut marked, &mut HashSet::new());
+                peak.peak_bytes = peak.peak_bytes.max(bytes);
+                peak.samples += 1;
+                peak.most_marked_at_once = peak.most_marked_at_once.max(marked.len());
+                for (name, len) in marked {
+                    peak.largest_marked_bytes = peak.largest_marked_bytes.max(len);
+                    peak.marked_seen.insert(name);
+                }
+                if last {
+                    return peak;
+                }
+                std::thread::sleep(DISK_POLL);
+            }
+        });
+        DiskWatch { stop, thread }
+    }
+
+    /// Stops the watch and returns what it saw.
+    pub fn stop(self) -> DiskPeak {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the disk watch does not panic")
+    }
+}
+
+/// Allocated bytes under `path` (see [`DiskWatch`]); the names and lengths of files named
+/// `*.<extension>` go into `marked`, and `linked` holds the (device, inode) of multiply linked files counted.
+fn disk_usage(
+    path: &Path,
+    extension: &str,
+    marked: &mut Vec<(String, u64)>,
+    linked: &mut HashSet<(u64, u64)>,
+) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if meta.is_dir() {
+        let Ok(entries) = std::fs::read_dir(path) else {
+            return 0;
+        };
+        let mut total = meta.blocks() * 512;
+        for entry in entries.flatten() {
+            total += disk_usage(&entry.path(), extension, marked, linked);
+        }
+        return total;
+    }
+    if path.extension().is_some_and(|e| e == extension) {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        marked.push((name.into_owned(), meta.len()));
+    }
+    if meta.nlink() > 1 && !linked.insert((meta.dev(), meta.ino())) {
+        return 0;
+    }
+    meta.blocks() * 512
 }
 
 /// The command line, shell-like, for messages.
@@ -191,6 +318,40 @@ mod tests {
         );
         assert!(own < 16 * 1024, "the shell's own peak {own} KiB");
         assert!(measured.wall >= Duration::from_millis(50));
+    }
+
+    #[test]
+    fn the_disk_watch_keeps_the_peak_and_the_marked_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        let watch = DiskWatch::start(&work, "arrows");
+        // A chunk of 1 MiB is written, then removed, then a smaller one: the peak is the first.
+        let measured = run(Command::new("sh").arg("-c").arg(format!(
+            "mkdir -p {w}/sub && head -c 1048576 /dev/urandom > {w}/sub/input-0001.arrows && \
+             sleep 0.3 && rm {w}/sub/input-0001.arrows && \
+             head -c 4096 /dev/urandom > {w}/input-0002.arrows && ln {w}/input-0002.arrows {w}/link && \
+             sleep 0.3",
+            w = work.display()
+        )))
+        .unwrap();
+        measured.check().unwrap();
+        let peak = watch.stop();
+        assert!(
+            (1 << 20..(1 << 20) + 64 * 1024).contains(&peak.peak_bytes),
+            "{peak:?}"
+        );
+        assert_eq!(peak.most_marked_at_once, 1);
+        assert_eq!(peak.largest_marked_bytes, 1 << 20);
+        assert_eq!(
+            peak.marked_seen.iter().collect::<Vec<_>>(),
+            ["input-0001.arrows", "input-0002.arrows"]
+        );
+        // At the end: the 4 KiB chunk once (its second link is not counted again) and two
+        // directories.
+        let mut marked = Vec::new();
+        let now = disk_usage(&work, "arrows", &mut marked, &mut HashSet::new());
+        assert!((4096..=4096 + 2 * 4096).contains(&now), "{now}");
+        assert!(peak.samples >= 4, "{peak:?}");
     }
 
     #[test]
