@@ -62,6 +62,13 @@ pub const MAX_PARTITIONS_PER_BUILD: u32 = 100;
 const ATTACH_RATE_TARGET: f64 = 200.0;
 const VISIBLE_TARGET_SECS: f64 = 1.0;
 const CPU_RATIO_TARGET: f64 = 100.0;
+/// Issue 12: partition visibility attaches into the shadow at least this fast (1000 parts).
+const PARTITION_ATTACH_RATE_TARGET: f64 = 500.0;
+/// Issue 12: a commit's fixed server cost, CPU seconds.
+const FIXED_COST_TARGET: f64 = 0.03;
+/// Issue 12: chpart's whole server share (begin, the builds' ledger reads, the commit, the
+/// ledger's merges) at most 1/this of INSERT's at the benchmark's size (0.59 GB by default).
+const WHOLE_SHARE_TARGET: f64 = 50.0;
 
 /// Pause between two polls of the time-to-visible reader (each poll is one HTTP query).
 const POLL_PAUSE: Duration = Duration::from_millis(1);
@@ -345,6 +352,19 @@ struct CpuResults {
     /// Mean server CPU seconds of a commit of a [`SMALL_ROWS`]-row load: what every commit
     /// costs whatever its size.
     fixed_commit_cpu: f64,
+}
+
+impl CpuResults {
+    /// chpart's whole part of the load: begin, the builds (their ledger reads), the commit,
+    /// the ledger's merges after it.
+    fn whole(&self) -> CpuRow {
+        let all = [&self.begin, &self.build, &self.commit, &self.settle];
+        CpuRow {
+            secs: all.iter().map(|r| r.secs).sum(),
+            server_cpu: all.iter().map(|r| r.server_cpu).sum(),
+            uncompressed: self.commit.uncompressed,
+        }
+    }
 }
 
 /// Rows of the small loads that measure a commit's fixed cost.
@@ -1353,13 +1373,7 @@ fn report(results: &Results) -> String {
             "    of (b): the content check (one CHECK TABLE of its parts)",
             &cpu.check,
         );
-        let all = [&cpu.begin, &cpu.build, &cpu.commit, &cpu.settle];
-        let total = CpuRow {
-            secs: all.iter().map(|r| r.secs).sum(),
-            server_cpu: all.iter().map(|r| r.server_cpu).sum(),
-            uncompressed: cpu.commit.uncompressed,
-        };
-        row(w, "    chpart, all of the above", &total);
+        row(w, "    chpart, all of the above", &cpu.whole());
         // commit = fixed + marginal * GB: the load size from which commit <= INSERT / target.
         let gb = cpu.commit.uncompressed as f64 / 1e9;
         let marginal = ((cpu.commit.server_cpu - cpu.fixed_commit_cpu) / gb).max(0.0);
@@ -1417,12 +1431,16 @@ fn report(results: &Results) -> String {
         match &attach.one_load {
             Ok(run) => {
                 let rate = run.parts_per_sec();
+                let target = match attach.variant.visibility {
+                    "partition" => PARTITION_ATTACH_RATE_TARGET,
+                    _ => ATTACH_RATE_TARGET,
+                };
                 let _ = writeln!(
                     w,
-                    "  ATTACH rate >= {ATTACH_RATE_TARGET:.0} parts/s (clickhouse-backup: 5-55), \
+                    "  ATTACH rate >= {target:.0} parts/s (clickhouse-backup: 5-55), \
                      {label}: {rate:.0} parts/s ({} parts in one commit, whole command)  {}",
                     run.parts,
-                    verdict(rate >= ATTACH_RATE_TARGET)
+                    verdict(rate >= target)
                 );
             }
             Err(_) => {
@@ -1479,6 +1497,22 @@ fn report(results: &Results) -> String {
                 cpu.commit.per_gb(),
                 cpu.insert.per_gb(),
                 verdict(ratio >= CPU_RATIO_TARGET)
+            );
+            let _ = writeln!(
+                w,
+                "  a commit's fixed server cost <= {FIXED_COST_TARGET} CPU s (row (c)): {:.3} CPU s  {}",
+                cpu.fixed_commit_cpu,
+                verdict(cpu.fixed_commit_cpu <= FIXED_COST_TARGET)
+            );
+            let whole = cpu.whole().per_gb();
+            let share = cpu.insert.per_gb() / whole;
+            let _ = writeln!(
+                w,
+                "  chpart's whole server share <= 1/{WHOLE_SHARE_TARGET:.0} of INSERT at {:.2} GB \
+                 (begin, builds, commit, ledger merges): {whole:.4} vs {:.3} CPU s/GB = 1/{share:.0}  {}",
+                cpu.insert.uncompressed as f64 / 1e9,
+                cpu.insert.per_gb(),
+                verdict(share >= WHOLE_SHARE_TARGET)
             );
         }
         None => {
