@@ -537,18 +537,19 @@ async fn record(
 /// Writes the load's one `fact` (its plan or its decision: `(entry id, kind, body)`, sent with
 /// that fact's deduplication token, see [`Ledger::append_once_with`]) with `riders` and every
 /// fact `progress` has not written yet in one INSERT, then reads the load back: `accept`
-/// judges the view (whose plan or decision the server kept); once accepted, riders the view
-/// lacks (the server kept another writer's block) are written on their own, so each is durable
-/// before this returns, as its step needs (an intent before its ATTACH or MOVE).
-async fn record_once(
+/// judges the view (whose plan or decision the server kept) and its answer is returned; once
+/// accepted, riders the view lacks (the server kept another writer's block) are written on
+/// their own, so each is durable before this returns, as its step needs (an intent before its
+/// ATTACH or MOVE).
+async fn record_once<T>(
     env: &CommitEnv<'_>,
     load: &LoadId,
     progress: &mut Progress,
     fact: (&str, &'static str, String),
     riders: Vec<(CommitEntry, String)>,
     crash_after: &str,
-    accept: impl FnOnce(&LoadView) -> Result<(), CommitError>,
-) -> Result<LoadView, CommitError> {
+    accept: impl FnOnce(&LoadView) -> Result<T, CommitError>,
+) -> Result<T, CommitError> {
     let (entry_id, fact_kind, body) = fact;
     let carried: Vec<(CommitEntry, String)> = progress
         .unrecorded
@@ -561,21 +562,23 @@ async fn record_once(
     env.ledger.append_once_with(load, entry_id, &rows).await?;
     crash_point(crash_after);
     let view = env.ledger.view(load, crate::KNOWN_KINDS).await?;
-    accept(&view)?;
-    let read = progress_of(&view)?;
+    let accepted = accept(&view)?;
+    // What the ledger holds now, and then everything carried (written, by now, one way or
+    // the other: nothing is left unrecorded).
+    let mut known = progress_of(&view)?;
     let missing: Vec<(String, &str, String)> = carried
         .iter()
-        .filter(|(e, _)| !holds(&read, e))
+        .filter(|(e, _)| !holds(&known, e))
         .map(|(e, body)| (e.id(), entry_kind(e), body.clone()))
         .collect();
     if !missing.is_empty() {
         env.ledger.append_many(load, &missing).await?;
     }
-    progress.refresh(&view)?;
     for (entry, _) in carried {
-        progress.known.record(entry);
+        known.record(entry);
     }
-    Ok(view)
+    progress.known = known;
+    Ok(accepted)
 }
 
 /// Commits `req.load` with exactly `req.winners`, or finishes a commit that was interrupted.
@@ -734,17 +737,21 @@ impl Planned {
             })
         };
         let fact = (PLAN_ENTRY, kind::COMMIT_PLANNED, mine.to_json());
-        let view = record_once(
+        let recorded = record_once(
             env,
             &load,
             &mut self.progress,
             fact,
             riders,
             "after-plan",
-            |v| recorded_plan(v)?.map_or(Ok(()), |recorded| conflict(&recorded)),
+            |v| {
+                let recorded = recorded_plan(v)?;
+                recorded.as_ref().map_or(Ok(()), conflict)?;
+                Ok(recorded)
+            },
         )
         .await?;
-        if let Some(recorded) = recorded_plan(&view)? {
+        if let Some(recorded) = recorded {
             self.plan = recorded;
         }
         self.plan_recorded = true;
@@ -760,11 +767,11 @@ impl Planned {
         riders: Vec<(CommitEntry, String)>,
     ) -> Result<(), CommitError> {
         let load = self.spec.load.clone();
-        let body = serde_json::to_string(&DecisionBody {
-            decision: Decision::Commit,
-        })
-        .expect("a decision serializes");
-        let fact = (DECISION_ENTRY, kind::DECIDED, body);
+        let fact = (
+            DECISION_ENTRY,
+            kind::DECIDED,
+            DecisionBody::json(Decision::Commit),
+        );
         record_once(
             env,
             &load,
@@ -1365,31 +1372,25 @@ async fn reconcile_attached(
         return Ok(None);
     }
     let observed = table_parts(env.server, &p.spec.publish).await?;
+    // Decided from this run's progress; when that falls short (a part not known attached, or
+    // a shadow that does not add up), once more from a ledger read made after the observation.
     let mut fresh = false;
-    if !all_attached(&p.progress.known) {
+    let pending = loop {
+        if all_attached(&p.progress.known) {
+            if p.spec.visibility == Visibility::Part {
+                return Ok(Some(observed));
+            }
+            match check_shadow(&p.spec, &p.plan, &p.progress.known, &observed) {
+                Ok(pending) => break pending,
+                Err(e) if fresh => return Err(e),
+                Err(_) => {}
+            }
+        } else if fresh {
+            return Ok(Some(observed));
+        }
         let view = env.ledger.view(&p.spec.load, crate::KNOWN_KINDS).await?;
         p.progress.refresh(&view)?;
         fresh = true;
-        if !all_attached(&p.progress.known) {
-            return Ok(Some(observed));
-        }
-    }
-    if p.spec.visibility == Visibility::Part {
-        return Ok(Some(observed));
-    }
-    let pending = loop {
-        match check_shadow(&p.spec, &p.plan, &p.progress.known, &observed) {
-            Ok(pending) => break pending,
-            Err(e) if fresh => return Err(e),
-            Err(_) => {
-                let view = env.ledger.view(&p.spec.load, crate::KNOWN_KINDS).await?;
-                p.progress.refresh(&view)?;
-                fresh = true;
-                if !all_attached(&p.progress.known) {
-                    return Ok(Some(observed));
-                }
-            }
-        }
     };
     if p.verify == Verify::Server && pending {
         // ... and every file of every part matches its `checksums.txt`.

@@ -276,6 +276,13 @@ pub struct DecisionBody {
     pub decision: Decision,
 }
 
+impl DecisionBody {
+    /// The `decided` entry's body for `decision`, as written.
+    pub fn json(decision: Decision) -> String {
+        serde_json::to_string(&DecisionBody { decision }).expect("a decision serializes")
+    }
+}
+
 /// A load's state, derived from its entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoadState {

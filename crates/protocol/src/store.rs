@@ -209,7 +209,7 @@ impl Ledger {
     /// every commit and abort of the load writes. Read the view afterwards to learn which
     /// decision the server kept. Idempotent.
     pub async fn decide(&self, load: &LoadId, decision: Decision) -> Result<(), LedgerStoreError> {
-        let body = serde_json::to_string(&DecisionBody { decision }).expect("serializes");
+        let body = DecisionBody::json(decision);
         self.append_once(load, DECISION_ENTRY, kind::DECIDED, &body)
             .await
     }
