@@ -93,14 +93,25 @@ impl Reach for ConfigReach {
         cfg.connect_timeout_secs = ssh.connect_timeout.as_secs();
         cfg.write_buffer_bytes = ssh.write_buffer_bytes;
         let policy = RetryPolicy::within(self.config.retry_deadline);
-        (0..connections.clamp(1, ssh.upload_connections.max(1)))
-            .map(|_| {
-                let cfg = cfg.clone();
-                let connector: Connector =
-                    Box::new(move || SftpFs::connect(&cfg).map(|fs| Arc::new(fs) as _));
-                Reconnecting::connect(connector, policy).map(|fs| Arc::new(fs) as _)
-            })
-            .collect()
+        // As many as asked (each caller asks for what its config says: `upload_connections`
+        // for a build, `verify_connections` for a commit's verification), at most 16.
+        // Each connection's handshake is a few round trips: opened side by side.
+        std::thread::scope(|scope| {
+            let opening: Vec<_> = (0..connections.clamp(1, 16))
+                .map(|_| {
+                    let cfg = cfg.clone();
+                    scope.spawn(move || {
+                        let connector: Connector =
+                            Box::new(move || SftpFs::connect(&cfg).map(|fs| Arc::new(fs) as _));
+                        Reconnecting::connect(connector, policy).map(|fs| Arc::new(fs) as _)
+                    })
+                })
+                .collect();
+            opening
+                .into_iter()
+                .map(|t| t.join().expect("connecting does not panic"))
+                .collect()
+        })
     }
 
     fn staging(&self, host: &str) -> StagingRoots {

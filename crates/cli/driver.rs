@@ -7,7 +7,7 @@ use anyhow::Context;
 use chpart_core::retry::RetryPolicy;
 use chpart_core::{LoadId, StagingLayout};
 use chpart_protocol::cluster::commit_load_retrying;
-use chpart_protocol::commit::{CommitEnv, CommitRequest};
+use chpart_protocol::commit::{CommitEnv, CommitRequest, MoreConnections};
 use chpart_protocol::observe::Verify;
 use chpart_protocol::store::Ledger;
 
@@ -49,6 +49,11 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
         server: driver.ledger.server(),
         fs: driver.fs.as_ref(),
         staging: driver.staging.clone(),
+        more: Some(MoreConnections {
+            reach: &driver.reach,
+            host: &driver.host,
+            total: driver.verify_connections,
+        }),
     };
     let request = CommitRequest {
         load: load.clone(),
@@ -116,6 +121,10 @@ struct DriverEnv {
     fs: std::sync::Arc<dyn chpart_remote::RemoteFs>,
     staging: StagingLayout,
     reach: ConfigReach,
+    /// The configured server's host name, whose filesystem `fs` is.
+    host: String,
+    /// Connections `commit` verifies over (`fs` and more from `reach`).
+    verify_connections: usize,
     retry_deadline: std::time::Duration,
 }
 
@@ -130,6 +139,12 @@ fn driver_env(config: &crate::args::ConfigArg) -> Result<DriverEnv, Failure> {
         ledger: Ledger::new(server_of(&config), &config.ledger_database),
         fs: remote_fs(&config)?,
         staging,
+        host: config.clickhouse.host_name.clone(),
+        verify_connections: match &config.transport {
+            chpart_config::Transport::Sftp(ssh) => ssh.verify_connections,
+            // Local files: listing and hashing them is no round trip.
+            chpart_config::Transport::Local => 1,
+        },
         reach: ConfigReach::new(config),
     })
 }

@@ -374,6 +374,7 @@ pub fn run(options: &ClusterOptions) -> anyhow::Result<()> {
         if options.no_load { " (skipped: --no-load)" } else { "" },
         options.parts
     )?;
+    writeln!(report, "{}", crate::measure::data_disk_line(root.path()))?;
 
     if !options.no_load {
         load_benchmark(options, &bin, &bed, root.path(), &mut report, &phase)?;

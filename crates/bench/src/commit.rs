@@ -120,6 +120,8 @@ pub struct CommitOptions {
     pub transport: Transport,
     /// Skip the `--visibility partition` variants.
     pub no_partition_visibility: bool,
+    /// `[ssh] verify_connections` of the SFTP config, when not chpart's default.
+    pub verify_connections: Option<usize>,
     /// Skip the CPU-per-GB comparison.
     pub no_cpu: bool,
     /// Keep the benchmark's directory (inputs, configs, winners files).
@@ -386,6 +388,10 @@ struct Results {
     /// (2) again without the reader, as a reference for what the reader costs the commit.
     visible_alone: Vec<CommitRun>,
     cpu: Option<CpuResults>,
+    /// Where the server keeps its data (see [`crate::measure::data_disk_line`]).
+    data_disk: String,
+    /// `[ssh] verify_connections` when set by `--verify-connections`.
+    verify_connections: Option<usize>,
 }
 
 /// Runs the commit benchmark and prints its report.
@@ -423,6 +429,11 @@ pub fn run(options: &CommitOptions) -> anyhow::Result<()> {
         &chpart_testenv::clickhouse_local(),
         &staging,
     )?;
+    if let Some(n) = options.verify_connections {
+        // `[ssh]` is the SFTP config's last section.
+        let mut sftp = fs::OpenOptions::new().append(true).open(&configs.sftp)?;
+        std::io::Write::write_all(&mut sftp, format!("verify_connections = {n}\n").as_bytes())?;
+    }
     let bench = Bench {
         root: &root,
         server: &server,
@@ -431,7 +442,11 @@ pub fn run(options: &CommitOptions) -> anyhow::Result<()> {
         options,
     };
 
+    let data_disk = crate::measure::data_disk_line(&server.data_dir);
+    println!("{data_disk}");
     let mut results = Results {
+        data_disk,
+        verify_connections: options.verify_connections,
         transport: Some(options.transport),
         attach_shape: Some(attach_shape),
         load_shape: Some(load_shape),
@@ -1174,6 +1189,11 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
+/// chpart's default `[ssh] verify_connections` (deploy/chpart.example.toml).
+fn chpart_config_default_verify_connections() -> usize {
+    4
+}
+
 /// The report: one table per figure, notes, and the targets.
 fn report(results: &Results) -> String {
     let mut out = String::new();
@@ -1184,6 +1204,19 @@ fn report(results: &Results) -> String {
         "chpart-bench commit: ClickHouse 26.9 (chdb) on 127.0.0.1; chpart commit verifies parts \
          over {} unless a row says local; builds (not timed) use the local transport",
         results.transport.map_or("?", Transport::label)
+    );
+    let _ = writeln!(w, "{}", results.data_disk);
+    let _ = writeln!(
+        w,
+        "SFTP verification over {} connection(s) per commit (`[ssh] verify_connections`{})",
+        results
+            .verify_connections
+            .unwrap_or(chpart_config_default_verify_connections()),
+        if results.verify_connections.is_some() {
+            ", --verify-connections"
+        } else {
+            ": chpart's default"
+        }
     );
 
     if !results.attach.is_empty() {
@@ -1668,6 +1701,8 @@ mod tests {
             uncompressed: 500_000_000,
         };
         let results = Results {
+            data_disk: "server data on / (ext4 on /dev/vda, no journal)".into(),
+            verify_connections: None,
             transport: Some(Transport::Sftp),
             attach_shape: Some(Shape::for_parts(1000).unwrap()),
             load_shape: Some(Shape::for_parts(100).unwrap()),
@@ -1731,6 +1766,11 @@ mod tests {
         );
 
         assert!(!text.contains("failed commits:"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l == "server data on / (ext4 on /dev/vda, no journal)"),
+            "{text}"
+        );
         let visible_part = text
             .lines()
             .find(|l| l.starts_with("--visibility part") && l.contains(" 0.600 "))

@@ -123,6 +123,10 @@ enum Cmd {
         /// Skip the `--visibility partition` loads.
         #[arg(long)]
         no_partition_visibility: bool,
+        /// `[ssh] verify_connections` of the SFTP config (default: chpart's, 4): how many
+        /// connections a commit reads waiting parts back over
+        #[arg(long, value_name = "N")]
+        verify_connections: Option<usize>,
         /// Skip the server-CPU-per-GB comparison.
         #[arg(long)]
         no_cpu: bool,
@@ -267,6 +271,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             hour,
             transport,
             no_partition_visibility,
+            verify_connections,
             no_cpu,
             keep,
             chpart,
@@ -280,6 +285,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             hour_start_secs: gen::parse_hour(&hour)?,
             transport,
             no_partition_visibility,
+            verify_connections,
             no_cpu,
             keep,
             chpart,

@@ -279,6 +279,99 @@ fn disk_usage(
     meta.blocks() * 512
 }
 
+/// The filesystem a path lives on, as `/proc/self/mounts` and `/proc/fs/jbd2` tell it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Filesystem {
+    /// Where it is mounted.
+    pub mount_point: String,
+    /// Its type (`ext4`, `tmpfs`, ...).
+    pub fs_type: String,
+    /// The device or source.
+    pub device: String,
+    /// For ext3/ext4, whether it has a journal (jbd2 lists one for its device); `None` for
+    /// other types.
+    pub journal: Option<bool>,
+}
+
+impl Filesystem {
+    /// The filesystem holding `path` (the mount point that is its longest prefix), or `None`
+    /// when `/proc/self/mounts` cannot be read.
+    pub fn of(path: &Path) -> Option<Filesystem> {
+        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+        let journals: Vec<String> = std::fs::read_dir("/proc/fs/jbd2")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Filesystem::from_mounts(&path, &mounts, &journals)
+    }
+
+    fn from_mounts(path: &Path, mounts: &str, journals: &[String]) -> Option<Filesystem> {
+        let (device, mount_point, fs_type) = mounts
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let device = fields.next()?;
+                // Spaces in mount points are written as \040.
+                let mount_point = fields.next()?.replace("\\040", " ");
+                let fs_type = fields.next()?;
+                path.starts_with(&mount_point)
+                    .then(|| (device.to_owned(), mount_point, fs_type.to_owned()))
+            })
+            .max_by_key(|(_, mount_point, _)| mount_point.len())?;
+        let journal = matches!(fs_type.as_str(), "ext3" | "ext4").then(|| {
+            // jbd2 names a journal `<device>-<inode of the journal>`, e.g. `vda-8`, `loop0-8`.
+            let name = device.rsplit('/').next().unwrap_or(&device);
+            journals
+                .iter()
+                .any(|j| j.rsplit_once('-').is_some_and(|(dev, _)| dev == name))
+        });
+        Some(Filesystem {
+            mount_point,
+            fs_type,
+            device,
+            journal,
+        })
+    }
+
+    /// A journal-less ext4 (or ext3): file creation there scans for an inode not deleted in
+    /// the last seconds, which makes every statement that creates files on a server slower
+    /// than on the journaled filesystems ClickHouse data disks use.
+    pub fn journal_less_ext(&self) -> bool {
+        self.journal == Some(false)
+    }
+}
+
+impl std::fmt::Display for Filesystem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} on {}", self.mount_point, self.fs_type, self.device)?;
+        match self.journal {
+            Some(true) => write!(f, ", journaled)"),
+            Some(false) => write!(f, ", no journal)"),
+            None => write!(f, ")"),
+        }
+    }
+}
+
+/// The line the server benchmarks print about where their server keeps its data, with a
+/// warning when that filesystem makes file creation slow (see `deploy/bench-disk.sh`).
+pub fn data_disk_line(data_dir: &Path) -> String {
+    match Filesystem::of(data_dir) {
+        None => format!("server data in {} (filesystem unknown)", data_dir.display()),
+        Some(fs) if fs.journal_less_ext() => format!(
+            "server data on {fs}: WARNING: a journal-less ext4 scans for a free inode on every \
+             file created, so statements that create files (MOVE PARTITION, INSERT, ledger \
+             INSERTs) cost several times what they cost on a ClickHouse data disk; for \
+             figures that stand for a server, run with TMPDIR=\"$(bash deploy/bench-disk.sh \
+             start)\" (a journaled ext4 on a loop device)"
+        ),
+        Some(fs) => format!("server data on {fs}"),
+    }
+}
+
 /// The command line, shell-like, for messages.
 pub fn describe(cmd: &Command) -> String {
     std::iter::once(cmd.get_program())
@@ -298,6 +391,35 @@ pub fn describe(cmd: &Command) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filesystem_of_a_path_from_mounts_and_journals() {
+        let mounts = "/dev/vda / ext4 rw,relatime 0 0\n\
+                      tmpfs /dev/shm tmpfs rw 0 0\n\
+                      /dev/loop0 /mnt/chpart-bench ext4 rw 0 0\n\
+                      /dev/loop1 /mnt/with\\040space xfs rw 0 0\n";
+        let journals = ["loop0-8".to_owned()];
+        // (path, mount point, type, journal)
+        let rows = [
+            ("/tmp/chpart-x/data", "/", "ext4", Some(false)),
+            ("/dev/shm/x", "/dev/shm", "tmpfs", None),
+            ("/mnt/chpart-bench/tmp/data", "/mnt/chpart-bench", "ext4", Some(true)),
+            ("/mnt/chpart-benchmark", "/", "ext4", Some(false)),
+            ("/mnt/with space/d", "/mnt/with space", "xfs", None),
+        ];
+        for (path, mount_point, fs_type, journal) in rows {
+            let fs = Filesystem::from_mounts(Path::new(path), mounts, &journals).unwrap();
+            assert_eq!(
+                (fs.mount_point.as_str(), fs.fs_type.as_str(), fs.journal),
+                (mount_point, fs_type, journal),
+                "{path}"
+            );
+        }
+        let root = Filesystem::from_mounts(Path::new("/tmp"), mounts, &journals).unwrap();
+        assert!(root.journal_less_ext());
+        assert_eq!(root.to_string(), "/ (ext4 on /dev/vda, no journal)");
+        assert!(Filesystem::from_mounts(Path::new("/x"), "", &journals).is_none());
+    }
 
     #[test]
     fn own_peak_excludes_a_bigger_descendant() {

@@ -249,6 +249,10 @@ pub struct RawSsh {
     /// SSH connections a build uploads parts over in parallel. Default 2.
     #[serde(default = "default_upload_connections")]
     pub upload_connections: usize,
+    /// SSH connections `commit` reads waiting parts back over in parallel, when it has at
+    /// least 16 to verify. Default 4.
+    #[serde(default = "default_verify_connections")]
+    pub verify_connections: usize,
 }
 
 /// `[clickhouse_local]`
@@ -321,6 +325,9 @@ fn default_write_buffer_kib() -> usize {
 }
 fn default_upload_connections() -> usize {
     2
+}
+fn default_verify_connections() -> usize {
+    4
 }
 fn default_spool_chunk_mib() -> u64 {
     1024
@@ -420,6 +427,8 @@ pub struct SshSettings {
     pub write_buffer_bytes: usize,
     /// Parallel upload connections.
     pub upload_connections: usize,
+    /// Parallel verification connections of `commit`.
+    pub verify_connections: usize,
 }
 
 /// Validated `[clickhouse_local]`.
@@ -746,6 +755,12 @@ impl RawConfig {
                         "must be between 1 and 16",
                     ));
                 }
+                if !(1..=16).contains(&ssh.verify_connections) {
+                    return Err(invalid(
+                        "ssh.verify_connections",
+                        "must be between 1 and 16",
+                    ));
+                }
                 Transport::Sftp(SshSettings {
                     host: ssh.host,
                     port: ssh.port,
@@ -759,6 +774,7 @@ impl RawConfig {
                     )?,
                     write_buffer_bytes: ssh.write_buffer_kib * 1024,
                     upload_connections: ssh.upload_connections,
+                    verify_connections: ssh.verify_connections,
                 })
             }
         };

@@ -223,4 +223,12 @@ fn ssh_section_validation() {
     );
     let err = load(&with_ssh("use_agent = true\nwrite_buffer_kib = 1"), &[]).unwrap_err();
     assert!(err.to_string().contains("ssh.write_buffer_kib"), "{err}");
+    for (line, key) in [
+        ("upload_connections = 0", "ssh.upload_connections"),
+        ("verify_connections = 0", "ssh.verify_connections"),
+        ("verify_connections = 17", "ssh.verify_connections"),
+    ] {
+        let err = load(&with_ssh(&format!("use_agent = true\n{line}")), &[]).unwrap_err();
+        assert!(err.to_string().contains(key), "{line}: {err}");
+    }
 }

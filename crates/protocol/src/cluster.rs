@@ -705,11 +705,14 @@ pub async fn commit_cluster(
                 let (server, fs, staging) =
                     (env.server.clone(), env.fs.clone(), env.staging.clone());
                 tokio::spawn(async move {
+                    // Shards verify in parallel with each other, each over its one
+                    // connection.
                     let commit_env = CommitEnv {
                         ledger: &ledger,
                         server: server.as_ref(),
                         fs: fs.as_ref(),
                         staging,
+                        more: None,
                     };
                     commit(&commit_env, request)
                         .await

@@ -32,7 +32,10 @@ use chpart_core::commit::{
     Expected, ForeignPart, PartFacts, PartLost, PartStep, PartitionBroken, PartitionFacts,
     PartitionStep, PlanConflict, PlanError, RowMismatch, Winners, WinnersError, PLAN_ENTRY,
 };
-use chpart_core::{AttemptId, LoadId, PartName, PartitionId, RemotePath, StagingLayout, TableRef};
+use chpart_core::{
+    AttemptId, LoadId, Manifest, PartEntry, PartName, PartitionId, RemotePath, StagingLayout,
+    TableRef,
+};
 use chpart_remote::RemoteFs;
 use chpart_server::{quote_str, quote_table, ClickHouseServer, ServerError};
 
@@ -94,7 +97,26 @@ pub struct CommitEnv<'a> {
     pub fs: &'a dyn RemoteFs,
     /// The configured staging root.
     pub staging: StagingLayout,
+    /// How to open more connections to `fs`'s host, to verify many waiting parts in parallel
+    /// (`None`: every part is verified over `fs`).
+    pub more: Option<MoreConnections<'a>>,
 }
+
+/// Further connections to the filesystem of one host, opened only when a commit has enough
+/// parts to verify for parallel work to pay for the connections (see [`PARALLEL_VERIFY_MIN`]).
+#[derive(Clone, Copy)]
+pub struct MoreConnections<'a> {
+    /// Opens them (its guarantee: connections to `host` only, host key verified).
+    pub reach: &'a dyn crate::cluster::Reach,
+    /// The host of `CommitEnv::fs`.
+    pub host: &'a str,
+    /// Connections to verify over in all, `fs` included (1: no more are opened).
+    pub total: usize,
+}
+
+/// Parts to verify below which a commit verifies over its one connection: a new SSH connection
+/// costs a handshake, worth it only when it takes many parts' round trips off the others.
+pub const PARALLEL_VERIFY_MIN: usize = 16;
 
 /// What a committed load holds; printed by `commit` and recorded in the `commit` entry.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -1068,6 +1090,21 @@ async fn verify_waiting_parts(
     verify: Verify,
 ) -> Result<TableParts, CommitError> {
     let observed = table_parts(env.server, &spec.publish).await?;
+    // The parts waiting in detached/ are read first, all at once (over several connections
+    // when there are many), then judged in the manifests' order as before: the first problem
+    // in that order is the one reported, however the reads were spread.
+    let waiting: Vec<(&Manifest, &PartEntry)> = winners
+        .manifests()
+        .values()
+        .flat_map(|m| m.parts.iter().map(move |part| (m, part)))
+        .filter(|(_, part)| {
+            !progress.attached.contains(&part.name)
+                && !progress.attach_intents.contains(&part.name)
+                && observed.detached.contains(&part.name.to_string())
+        })
+        .collect();
+    let mut verified: HashMap<&PartName, Result<(), VerifyError>> =
+        tokio::task::block_in_place(|| verify_parts(env, &waiting, verify));
     let mut fresh: Option<CommitProgress> = None;
     for manifest in winners.manifests().values() {
         for part in &manifest.parts {
@@ -1099,11 +1136,10 @@ async fn verify_waiting_parts(
                 }
                 return Err(not_published());
             }
-            let attempt = manifest.attempt.id.as_str();
-            let data_path = manifest.data_path_of(part);
-            match tokio::task::block_in_place(|| {
-                verify_part(env.fs, data_path, attempt, part, verify)
-            }) {
+            let result = verified
+                .remove(&part.name)
+                .expect("every part waiting in detached/ was verified");
+            match result {
                 Ok(()) => {}
                 // Gone while it was being read: a concurrent commit's ATTACH took it (it
                 // recorded its intent first). Decided like a part found gone, from a ledger
@@ -1124,6 +1160,119 @@ async fn verify_waiting_parts(
         }
     }
     Ok(observed)
+}
+
+/// Verifies each of `parts` (waiting in detached/) against its manifest entry: over `env.fs`
+/// alone for a few parts, else over up to `MoreConnections::total` connections at once, each
+/// taking the next part not yet taken. A connection that cannot be opened leaves the work to
+/// the others (a warning says so). Reads stop early once one part has a problem other than
+/// being gone.
+fn verify_parts<'p>(
+    env: &CommitEnv<'_>,
+    parts: &[(&Manifest, &'p PartEntry)],
+    verify: Verify,
+) -> HashMap<&'p PartName, Result<(), VerifyError>> {
+    let one = |fs: &dyn RemoteFs, (manifest, part): (&Manifest, &PartEntry)| {
+        verify_part(
+            fs,
+            manifest.data_path_of(part),
+            manifest.attempt.id.as_str(),
+            part,
+            verify,
+        )
+    };
+    let more = match env.more {
+        Some(more) if more.total > 1 && parts.len() >= PARALLEL_VERIFY_MIN => {
+            let wanted = (more.total - 1).min(parts.len() - 1);
+            match more.reach.connect(more.host, wanted) {
+                Ok(connections) => connections,
+                Err(e) => {
+                    tracing::warn!(
+                        "verifying {} parts over one connection: opening {wanted} more to {} failed: {e}",
+                        parts.len(),
+                        more.host
+                    );
+                    Vec::new()
+                }
+            }
+        }
+        _ => Vec::new(),
+    };
+    let mut out = HashMap::new();
+    if more.is_empty() {
+        for &(manifest, part) in parts {
+            let result = one(env.fs, (manifest, part));
+            let stop = matches!(&result, Err(e) if !is_gone(e));
+            out.insert(&part.name, result);
+            if stop {
+                break;
+            }
+        }
+    } else {
+        out = verify_in_parallel(env.fs, &more, parts, one);
+    }
+    // Stopped early: the parts after the failed one (in `parts`' order: each connection takes
+    // the next part in that order, so every part before it was read whole) are judged after
+    // it and never reported; they get a result that says why they were not read.
+    for &(manifest, part) in parts {
+        out.entry(&part.name).or_insert_with(|| {
+            Err(VerifyError::Mismatch {
+                part: part.name.to_string(),
+                attempt: manifest.attempt.id.to_string(),
+                path: chpart_core::detached_part_path(manifest.data_path_of(part), &part.name)
+                    .as_str()
+                    .to_owned(),
+                problem: "not verified: the verification stopped at another part's problem"
+                    .into(),
+            })
+        });
+    }
+    out
+}
+
+/// [`verify_parts`] over `fs` and `more` at once.
+fn verify_in_parallel<'p>(
+    fs: &dyn RemoteFs,
+    more: &[std::sync::Arc<dyn RemoteFs>],
+    parts: &[(&Manifest, &'p PartEntry)],
+    one: impl Fn(&dyn RemoteFs, (&Manifest, &PartEntry)) -> Result<(), VerifyError> + Sync,
+) -> HashMap<&'p PartName, Result<(), VerifyError>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let results = std::sync::Mutex::new(HashMap::new());
+    let connections: Vec<&dyn RemoteFs> = std::iter::once(fs)
+        .chain(more.iter().map(|c| c.as_ref()))
+        .collect();
+    let one = &one;
+    std::thread::scope(|scope| {
+        for fs in connections {
+            let (next, stop, results) = (&next, &stop, &results);
+            scope.spawn(move || loop {
+                use std::sync::atomic::Ordering::SeqCst;
+                if stop.load(SeqCst) {
+                    break;
+                }
+                let Some(&(manifest, part)) = parts.get(next.fetch_add(1, SeqCst)) else {
+                    break;
+                };
+                let result = one(fs, (manifest, part));
+                if matches!(&result, Err(e) if !is_gone(e)) {
+                    stop.store(true, SeqCst);
+                }
+                results
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(&part.name, result);
+            });
+        }
+    });
+    results.into_inner().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The part went away while it was read (a concurrent commit's ATTACH took it).
+fn is_gone(e: &VerifyError) -> bool {
+    matches!(e, VerifyError::Remote { source, .. }
+        if matches!(**source, chpart_remote::RemoteError::NotFound { .. }))
 }
 
 /// Attaches every planned part not yet attached; returns how many this call attached itself.

@@ -803,16 +803,29 @@ impl Ops<'_> {
         }
     }
 
-    fn digest_file(&self, conn: &Conn, path: &str) -> Result<(u64, String), RemoteError> {
+    /// sha256 and size of the file at `path`, listed with `listed` bytes. Each read asks for
+    /// no more than the listing says is left (plus one byte, to see the end): libssh2 splits a
+    /// read into requests it sends ahead, and for the small files of a part a buffer-sized
+    /// read would send several requests the server can only answer with EOF.
+    fn digest_file(
+        &self,
+        conn: &Conn,
+        path: &str,
+        listed: u64,
+        buf: &mut [u8],
+    ) -> Result<(u64, String), RemoteError> {
         let mut file = conn
             .sftp
             .open(Path::new(path))
             .map_err(|e| self.map("digest_dir", path, e))?;
         let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; self.buffer_bytes];
         let mut size = 0u64;
         loop {
-            let n = read_full(&mut file, &mut buf)
+            let want = listed
+                .saturating_sub(size)
+                .saturating_add(1)
+                .min(buf.len() as u64) as usize;
+            let n = read_full(&mut file, &mut buf[..want])
                 .map_err(|e| self.map_file_io(conn, "digest_dir (read)", path, e))?;
             if n == 0 {
                 break;
@@ -828,6 +841,7 @@ impl Ops<'_> {
         conn: &Conn,
         root: &str,
         rel: &str,
+        buf: &mut [u8],
         out: &mut BTreeMap<String, (u64, String)>,
     ) -> Result<(), RemoteError> {
         let dir = if rel.is_empty() {
@@ -842,9 +856,10 @@ impl Ops<'_> {
                 format!("{rel}/{}", entry.name)
             };
             match entry.stat.kind {
-                FileKind::Dir => self.digest_into(conn, root, &rel_child, out)?,
+                FileKind::Dir => self.digest_into(conn, root, &rel_child, buf, out)?,
                 FileKind::File => {
-                    let digest = self.digest_file(conn, &join(root, &rel_child))?;
+                    let digest =
+                        self.digest_file(conn, &join(root, &rel_child), entry.stat.size, buf)?;
                     out.insert(rel_child, digest);
                 }
                 FileKind::Other => {
@@ -1025,7 +1040,9 @@ impl RemoteFs for SftpFs {
                 });
             }
             let mut out = BTreeMap::new();
-            ops.digest_into(conn, path, "", &mut out)?;
+            // One buffer for every file of the directory.
+            let mut buf = vec![0u8; ops.buffer_bytes];
+            ops.digest_into(conn, path, "", &mut buf, &mut out)?;
             Ok(out)
         })
     }

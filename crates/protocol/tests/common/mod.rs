@@ -9,7 +9,7 @@ use chpart_core::{Attempt, RemotePath, StagingLayout, StagingRoots};
 use chpart_protocol::begin::{begin, BeginRequest};
 use chpart_protocol::build::{build, BuildEnv, BuildRequest, Input, LedgerDirectory};
 use chpart_protocol::cluster::Reach;
-use chpart_protocol::commit::{CommitEnv, CommitRequest};
+use chpart_protocol::commit::{CommitEnv, CommitRequest, MoreConnections};
 use chpart_protocol::ledger::{Mode, Visibility};
 use chpart_protocol::store::Ledger;
 use chpart_remote::{LocalFs, RemoteError, RemoteFs};
@@ -53,8 +53,10 @@ impl Reach for OneHost {
     fn server(&self, _url: &str) -> SharedServer {
         self.server.clone()
     }
-    fn connect(&self, _host: &str, _n: usize) -> Result<Vec<Arc<dyn RemoteFs>>, RemoteError> {
-        Ok(vec![Arc::new(LocalFs::new())])
+    fn connect(&self, _host: &str, n: usize) -> Result<Vec<Arc<dyn RemoteFs>>, RemoteError> {
+        Ok((0..n.max(1))
+            .map(|_| Arc::new(LocalFs::new()) as Arc<dyn RemoteFs>)
+            .collect())
     }
     fn staging(&self, _host: &str) -> StagingRoots {
         StagingRoots {
@@ -86,7 +88,10 @@ pub struct BuiltLoad {
     pub spark_partitions: u32,
     /// The runtime the builds ran on.
     pub rt: tokio::runtime::Runtime,
+    /// Connections a commit verifies over (`fs` and this many minus one from `reach`).
+    pub verify_connections: usize,
     fs: LocalFs,
+    reach: OneHost,
     _dir: tempfile::TempDir,
 }
 
@@ -104,6 +109,11 @@ impl BuiltLoad {
             server,
             fs: &self.fs,
             staging: StagingLayout::new(&self.staging).unwrap(),
+            more: Some(MoreConnections {
+                reach: &self.reach,
+                host: "ch-test",
+                total: self.verify_connections,
+            }),
         }
     }
 
@@ -222,7 +232,9 @@ pub fn built_load(
         winners,
         spark_partitions: spark_partitions as u32,
         rt,
+        verify_connections: 4,
         fs: LocalFs::new(),
+        reach,
         _dir: dir,
     }
 }
