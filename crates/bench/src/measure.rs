@@ -347,7 +347,11 @@ impl Filesystem {
 
 impl std::fmt::Display for Filesystem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({} on {}", self.mount_point, self.fs_type, self.device)?;
+        write!(
+            f,
+            "{} ({} on {}",
+            self.mount_point, self.fs_type, self.device
+        )?;
         match self.journal {
             Some(true) => write!(f, ", journaled)"),
             Some(false) => write!(f, ", no journal)"),
@@ -403,7 +407,12 @@ mod tests {
         let rows = [
             ("/tmp/chpart-x/data", "/", "ext4", Some(false)),
             ("/dev/shm/x", "/dev/shm", "tmpfs", None),
-            ("/mnt/chpart-bench/tmp/data", "/mnt/chpart-bench", "ext4", Some(true)),
+            (
+                "/mnt/chpart-bench/tmp/data",
+                "/mnt/chpart-bench",
+                "ext4",
+                Some(true),
+            ),
             ("/mnt/chpart-benchmark", "/", "ext4", Some(false)),
             ("/mnt/with space/d", "/mnt/with space", "xfs", None),
         ];

@@ -1222,8 +1222,7 @@ fn verify_parts<'p>(
                 path: chpart_core::detached_part_path(manifest.data_path_of(part), &part.name)
                     .as_str()
                     .to_owned(),
-                problem: "not verified: the verification stopped at another part's problem"
-                    .into(),
+                problem: "not verified: the verification stopped at another part's problem".into(),
             })
         });
     }

@@ -112,6 +112,7 @@ fn setup(name: &str) -> Setup<'static> {
     let reach = OneHost {
         server: ledger.shared_server(),
         staging: root.to_str().unwrap().to_owned(),
+        opened: Default::default(),
     };
     Setup {
         ch,

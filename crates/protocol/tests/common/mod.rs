@@ -47,6 +47,8 @@ pub struct OneHost {
     pub server: SharedServer,
     /// The staging root.
     pub staging: String,
+    /// Filesystem connections handed out by `connect` so far.
+    pub opened: std::sync::atomic::AtomicUsize,
 }
 
 impl Reach for OneHost {
@@ -54,6 +56,8 @@ impl Reach for OneHost {
         self.server.clone()
     }
     fn connect(&self, _host: &str, n: usize) -> Result<Vec<Arc<dyn RemoteFs>>, RemoteError> {
+        self.opened
+            .fetch_add(n.max(1), std::sync::atomic::Ordering::SeqCst);
         Ok((0..n.max(1))
             .map(|_| Arc::new(LocalFs::new()) as Arc<dyn RemoteFs>)
             .collect())
@@ -91,7 +95,8 @@ pub struct BuiltLoad {
     /// Connections a commit verifies over (`fs` and this many minus one from `reach`).
     pub verify_connections: usize,
     fs: LocalFs,
-    reach: OneHost,
+    /// How commits made with [`BuiltLoad::env`] open more connections.
+    pub reach: OneHost,
     _dir: tempfile::TempDir,
 }
 
@@ -161,6 +166,7 @@ pub fn built_load(
     let reach = OneHost {
         server: faulty.clone(),
         staging: staging.clone(),
+        opened: Default::default(),
     };
     let ledger = Ledger::new(faulty.clone(), &format!("{}_ledger", db.name));
     let rt = rt();
