@@ -5,30 +5,33 @@
 # last commit every statement it sent with the server's CPU for it (user + system, from
 # query_log's ProfileEvents), then per statement class the mean over the commits. With
 # --partitions P --builds B each load is B builds (Spark partitions) of 1000 rows over P
-# ClickHouse partitions, so B x P parts (--partitions 100 --builds 10: the ATTACH-rate load of
-# `chpart-bench commit`), and the last commit's statements are printed per class only.
+# ClickHouse partitions, so B x P parts in P partitions, or in B x P partitions of one part each
+# with --spread (--partitions 100 --builds 10 --spread: the ATTACH-rate load of `chpart-bench
+# commit`; a build holds at most 100 partitions); the last commit's statements are then printed
+# per class only.
 # --transport sftp has the commit verify parts over SFTP through a loopback sshd of its own
 # (deploy/sshd.sh), as a driver on another host does; the builds stay local. The last commit's
 # steps (its --events: plan, which includes verifying the waiting parts, claim, attach,
 # publish, finish) are printed with their wall time.
 #
 #   bash crates/bench/scripts/commit-profile.sh [--loads N] [--visibility partition|part]
-#        [--partitions P] [--builds B] [--transport local|sftp] [--chpart BIN]
+#        [--partitions P] [--builds B [--spread]] [--transport local|sftp] [--chpart BIN]
 #
 # The figures are the server's own accounting per query, so they hold on a noisy machine better
 # than wall time; query_log itself adds a little to each.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
-loads=5 visibility=partition partitions=2 builds=1 transport=local chpart="$root/target/release/chpart"
+loads=5 visibility=partition partitions=2 builds=1 spread=0 transport=local chpart="$root/target/release/chpart"
 while [ $# -gt 0 ]; do
   case "$1" in
     --loads) loads="$2"; shift 2 ;;
     --visibility) visibility="$2"; shift 2 ;;
     --partitions) partitions="$2"; shift 2 ;;
     --builds) builds="$2"; shift 2 ;;
+    --spread) spread=1; shift ;;
     --transport) transport="$2"; shift 2 ;;
     --chpart) chpart="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "commit-profile: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -82,7 +85,11 @@ T
 esac
 ch "CREATE DATABASE db"
 ch "CREATE TABLE db.t (ts DateTime('UTC'), id UInt64, name String) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id"
-ch "SELECT toDateTime('2026-01-15 00:00:00', 'UTC') + toIntervalMonth(number % $partitions) AS ts, number AS id, 'x' AS name FROM numbers(1000) FORMAT Parquet" > "$dir/in.parquet"
+for b in $(seq 0 $((builds - 1))); do
+  # With --spread, build b has partitions of its own (months b*P .. b*P+P-1).
+  ch "SELECT toDateTime('2026-01-15 00:00:00', 'UTC') + toIntervalMonth(number % $partitions + $((spread * b * partitions))) AS ts,
+      number AS id, 'x' AS name FROM numbers(1000) FORMAT Parquet" > "$dir/in$b.parquet"
+done
 class="multiIf(query LIKE 'INSERT INTO \`chpart\`.\`ledger\`%', 'ledger INSERT', query LIKE 'SELECT load_id, entry_id%', 'ledger read',
   query LIKE '%system.detached_parts%', 'observation (parts + detached)', query LIKE '%system.mutations%', 'table check: mutations',
   query LIKE '%system.columns%', 'table check: columns', query LIKE '%FROM system.tables%', 'table check: definition',
@@ -90,16 +97,17 @@ class="multiIf(query LIKE 'INSERT INTO \`chpart\`.\`ledger\`%', 'ledger INSERT',
   query LIKE 'CHECK TABLE%', 'CHECK TABLE', query LIKE 'SYSTEM STOP MERGES%', 'SYSTEM STOP MERGES', 'other')"
 cpu="(ProfileEvents['UserTimeMicroseconds'] + ProfileEvents['SystemTimeMicroseconds']) / 1e6"
 windows=()
+fail() { echo "commit-profile: chpart $1 failed:" >&2; cat "$dir/err" >&2; exit 1; }
 for i in $(seq 1 "$loads"); do
   load="profile-$i"
-  "$chpart" begin --config "$dir/chpart.toml" --load "$load" --table db.t --visibility "$visibility" >/dev/null 2>&1
+  "$chpart" begin --config "$dir/chpart.toml" --load "$load" --table db.t --visibility "$visibility" >/dev/null 2> "$dir/err" || fail begin
   : > "$dir/w$i.jsonl"
   for b in $(seq 0 $((builds - 1))); do
-    "$chpart" build --config "$dir/chpart.toml" --load "$load" --partition "$b" --attempt "a$i-$b" --input "$dir/in.parquet" > "$dir/m$i-$b.json" 2>/dev/null
+    "$chpart" build --config "$dir/chpart.toml" --load "$load" --partition "$b" --attempt "a$i-$b" --input "$dir/in$b.parquet" > "$dir/m$i-$b.json" 2> "$dir/err" || fail build
     cat "$dir/m$i-$b.json" >> "$dir/w$i.jsonl"
   done
   from="$(ch "SELECT now64(6)")"
-  "$chpart" commit --config "$commit_config" --load "$load" --winners "$dir/w$i.jsonl" --events "$dir/events$i.jsonl" >/dev/null 2>&1
+  "$chpart" commit --config "$commit_config" --load "$load" --winners "$dir/w$i.jsonl" --events "$dir/events$i.jsonl" >/dev/null 2> "$dir/err" || fail commit
   to="$(ch "SELECT now64(6)")"
   windows+=("(event_time_microseconds BETWEEN '$from' AND '$to')")
 done
