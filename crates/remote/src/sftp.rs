@@ -821,17 +821,18 @@ impl Ops<'_> {
         let mut hasher = Sha256::new();
         let mut size = 0u64;
         loop {
-            let want = listed
-                .saturating_sub(size)
-                .saturating_add(1)
-                .min(buf.len() as u64) as usize;
+            // Past the listed size (the file grew since), whole buffers again.
+            let want = match listed.checked_sub(size) {
+                Some(left) => left.saturating_add(1).min(buf.len() as u64) as usize,
+                None => buf.len(),
+            };
             let n = read_full(&mut file, &mut buf[..want])
                 .map_err(|e| self.map_file_io(conn, "digest_dir (read)", path, e))?;
-            if n == 0 {
-                break;
-            }
             hasher.update(&buf[..n]);
             size += n as u64;
+            if n < want {
+                break; // read_full stops short only at the end of the file
+            }
         }
         Ok((size, hex::encode(hasher.finalize())))
     }
