@@ -1189,11 +1189,6 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-/// chpart's default `[ssh] verify_connections` (deploy/chpart.example.toml).
-fn chpart_config_default_verify_connections() -> usize {
-    4
-}
-
 /// The report: one table per figure, notes, and the targets.
 fn report(results: &Results) -> String {
     let mut out = String::new();
@@ -1208,14 +1203,10 @@ fn report(results: &Results) -> String {
     let _ = writeln!(w, "{}", results.data_disk);
     let _ = writeln!(
         w,
-        "SFTP verification over {} connection(s) per commit (`[ssh] verify_connections`{})",
-        results
-            .verify_connections
-            .unwrap_or(chpart_config_default_verify_connections()),
-        if results.verify_connections.is_some() {
-            ", --verify-connections"
-        } else {
-            ": chpart's default"
+        "SFTP verification over {} per commit (`[ssh] verify_connections`)",
+        match results.verify_connections {
+            Some(n) => format!("{n} connection(s), --verify-connections"),
+            None => "chpart's default number of connections".to_owned(),
         }
     );
 

@@ -1208,73 +1208,49 @@ fn verify_parts<'p>(
         }
         _ => Vec::new(),
     };
-    let mut out = HashMap::new();
-    if more.is_empty() {
-        for &(manifest, part) in parts {
-            let result = one(env.fs, (manifest, part));
-            let stop = matches!(&result, Err(e) if !is_gone(e));
-            out.insert(&part.name, result);
-            if stop {
-                break;
-            }
-        }
-    } else {
-        out = verify_in_parallel(env.fs, &more, parts, one);
-    }
-    // Stopped early: the parts after the failed one (in `parts`' order: each connection takes
-    // the next part in that order, so every part before it was read whole) are judged after
-    // it and never reported; they get a result that says why they were not read.
-    for &(manifest, part) in parts {
-        out.entry(&part.name).or_insert_with(|| {
-            Err(VerifyError::Mismatch {
-                part: part.name.to_string(),
-                attempt: manifest.attempt.id.to_string(),
-                path: chpart_core::detached_part_path(manifest.data_path_of(part), &part.name)
-                    .as_str()
-                    .to_owned(),
-                problem: "not verified: the verification stopped at another part's problem".into(),
-            })
-        });
-    }
-    out
+    let connections: Vec<&dyn RemoteFs> = std::iter::once(env.fs)
+        .chain(more.iter().map(|c| c.as_ref()))
+        .collect();
+    read_in_turn(&connections, parts, one)
 }
 
-/// [`verify_parts`] over `fs` and `more` at once.
-fn verify_in_parallel<'p>(
-    fs: &dyn RemoteFs,
-    more: &[std::sync::Arc<dyn RemoteFs>],
+/// Reads `parts` over `connections`, each taking the next part not yet taken (in `parts`'
+/// order) until none is left or one part has a problem other than being gone. Every part
+/// before that one was taken first and is read whole, so the judging, in that order, reaches
+/// the problem before any part left unread. One connection reads on the calling thread.
+fn read_in_turn<'p>(
+    connections: &[&dyn RemoteFs],
     parts: &[(&Manifest, &'p PartEntry)],
     one: impl Fn(&dyn RemoteFs, (&Manifest, &PartEntry)) -> Result<(), VerifyError> + Sync,
 ) -> HashMap<&'p PartName, Result<(), VerifyError>> {
+    use std::sync::atomic::Ordering::SeqCst;
     let next = std::sync::atomic::AtomicUsize::new(0);
     let stop = std::sync::atomic::AtomicBool::new(false);
     let results = std::sync::Mutex::new(HashMap::new());
-    let connections: Vec<&dyn RemoteFs> = std::iter::once(fs)
-        .chain(more.iter().map(|c| c.as_ref()))
-        .collect();
-    let one = &one;
-    std::thread::scope(|scope| {
-        for fs in connections {
-            let (next, stop, results) = (&next, &stop, &results);
-            scope.spawn(move || loop {
-                use std::sync::atomic::Ordering::SeqCst;
-                if stop.load(SeqCst) {
-                    break;
-                }
-                let Some(&(manifest, part)) = parts.get(next.fetch_add(1, SeqCst)) else {
-                    break;
-                };
-                let result = one(fs, (manifest, part));
-                if matches!(&result, Err(e) if !is_gone(e)) {
-                    stop.store(true, SeqCst);
-                }
-                results
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(&part.name, result);
-            });
+    let worker = |fs: &dyn RemoteFs| {
+        while !stop.load(SeqCst) {
+            let Some(&(manifest, part)) = parts.get(next.fetch_add(1, SeqCst)) else {
+                break;
+            };
+            let result = one(fs, (manifest, part));
+            if matches!(&result, Err(e) if !is_gone(e)) {
+                stop.store(true, SeqCst);
+            }
+            results
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(&part.name, result);
         }
-    });
+    };
+    match connections {
+        [fs] => worker(*fs),
+        _ => std::thread::scope(|scope| {
+            for &fs in connections {
+                let worker = &worker;
+                scope.spawn(move || worker(fs));
+            }
+        }),
+    }
     results.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
