@@ -37,7 +37,7 @@ use chpart_core::{
     TableRef,
 };
 use chpart_remote::RemoteFs;
-use chpart_server::{quote_str, quote_table, ClickHouseServer, ServerError};
+use chpart_server::{quote_str, quote_table, ClickHouseServer, ServerError, TableToCheck};
 
 use crate::events::Step;
 use serde::{Deserialize, Serialize};
@@ -427,17 +427,22 @@ fn summary_of(spec: &LoadSpec, plan: &CommitPlan) -> CommitSummary {
 }
 
 /// Each table still has the definition the parts were built for, and no mutation is pending
-/// (three queries for all of them).
+/// (two queries for all of them; a third reads the columns of a table whose `CREATE` statement
+/// is no longer the snapshot's, since the definition may differ and the shape still match).
 async fn check_tables(
     env: &CommitEnv<'_>,
     load: &LoadId,
     tables: &[(&TableRef, &TableSnapshot)],
 ) -> Result<(), CommitError> {
-    let names: Vec<(&str, &str)> = tables
+    let to_check: Vec<TableToCheck<'_>> = tables
         .iter()
-        .map(|(t, _)| (t.database.as_str(), t.table.as_str()))
+        .map(|(t, snapshot)| TableToCheck {
+            database: t.database.as_str(),
+            table: t.table.as_str(),
+            known_definition: Some(snapshot.create_table_query.as_str()),
+        })
         .collect();
-    let checks = env.server.check_tables(&names).await?;
+    let checks = env.server.check_tables(&to_check).await?;
     for ((table, snapshot), check) in tables.iter().zip(checks) {
         let changed = |now: String| CommitError::TableChanged {
             load: load.clone(),
@@ -448,9 +453,12 @@ async fn check_tables(
         let info = check
             .info
             .ok_or_else(|| changed("(table dropped)".into()))?;
-        let now = TableSnapshot::from_server(&info, &check.columns);
-        if now.fingerprint != snapshot.fingerprint {
-            return Err(changed(now.fingerprint.to_string()));
+        // Columns unread: the definition is the snapshot's, columns included.
+        if let Some(columns) = &check.columns {
+            let now = TableSnapshot::from_server(&info, columns);
+            if now.fingerprint != snapshot.fingerprint {
+                return Err(changed(now.fingerprint.to_string()));
+            }
         }
         if check.pending_mutations > 0 {
             return Err(CommitError::PendingMutations {

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use crate::{
     AttachActivity, ClickHouseServer, ClusterReplica, ColumnInfo, DetachedPartInfo, DiskRow,
     LedgerRow, PartCheck, ReplicaPorts, ServerError, SharedServer, StateRow, TableCheck, TableInfo,
-    VolumeRow,
+    TableToCheck, VolumeRow,
 };
 
 /// What happens to a call a [`Fault`] picks.
@@ -370,10 +370,13 @@ impl ClickHouseServer for Faulty {
             .await
     }
 
-    async fn check_tables(&self, tables: &[(&str, &str)]) -> Result<Vec<TableCheck>, ServerError> {
+    async fn check_tables(
+        &self,
+        tables: &[TableToCheck<'_>],
+    ) -> Result<Vec<TableCheck>, ServerError> {
         let detail = tables
             .iter()
-            .map(|(d, t)| format!("{d}.{t}"))
+            .map(|t| format!("{}.{}", t.database, t.table))
             .collect::<Vec<_>>()
             .join(" ");
         self.around("check_tables", &detail, self.inner.check_tables(tables))

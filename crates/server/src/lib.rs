@@ -218,13 +218,26 @@ pub struct PartCheck {
     pub message: String,
 }
 
-/// What [`Server::check_tables`] reports of one table.
+/// A table for [`ClickHouseServer::check_tables`] to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableToCheck<'a> {
+    /// Its database.
+    pub database: &'a str,
+    /// Its name.
+    pub table: &'a str,
+    /// A `create_table_query` whose columns the caller already holds: if the table's definition
+    /// is still exactly this statement, its columns are not read (they are part of it).
+    pub known_definition: Option<&'a str>,
+}
+
+/// What [`ClickHouseServer::check_tables`] reports of one table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableCheck {
     /// Its definition, or `None` if it does not exist.
     pub info: Option<TableInfo>,
-    /// Its columns in order.
-    pub columns: Vec<ColumnInfo>,
+    /// Its columns in order; `None` when they were not read because the definition is the
+    /// caller's `known_definition` (or the table does not exist).
+    pub columns: Option<Vec<ColumnInfo>>,
     /// Mutations not done yet.
     pub pending_mutations: u64,
 }
@@ -537,9 +550,14 @@ pub trait ClickHouseServer: Send + Sync + fmt::Debug {
     /// only while its query runs, and a running query is in `system.processes`.
     async fn attach_activity(&self, table: &str) -> Result<AttachActivity, ServerError>;
 
-    /// Definition, columns and pending mutations of several tables in three queries (not
-    /// three per table). The result is in the order of `tables`.
-    async fn check_tables(&self, tables: &[(&str, &str)]) -> Result<Vec<TableCheck>, ServerError>;
+    /// Definition, columns and pending mutations of several tables in at most three queries
+    /// (not three per table): the columns query runs only for the tables that exist and whose
+    /// `create_table_query` is not their `known_definition`. The result is in the order of
+    /// `tables`.
+    async fn check_tables(
+        &self,
+        tables: &[TableToCheck<'_>],
+    ) -> Result<Vec<TableCheck>, ServerError>;
 
     /// `count()` of the table.
     async fn count(&self, database: &str, table: &str) -> Result<u64, ServerError>;
@@ -739,30 +757,57 @@ impl ClickHouseServer for Server {
             })
     }
 
-    async fn check_tables(&self, tables: &[(&str, &str)]) -> Result<Vec<TableCheck>, ServerError> {
-        let names: Vec<(String, String)> = (0..tables.len())
-            .map(|i| (format!("d{i}"), format!("t{i}")))
-            .collect();
-        let condition = |table_column: &str| {
-            names
+    async fn check_tables(
+        &self,
+        tables: &[TableToCheck<'_>],
+    ) -> Result<Vec<TableCheck>, ServerError> {
+        // `{d<i>:String}` / `{t<i>:String}` name table i of `tables`.
+        let condition = |table_column: &str, which: &[usize]| {
+            which
                 .iter()
-                .map(|(d, t)| {
-                    format!("(database = {{{d}:String}} AND {table_column} = {{{t}:String}})")
+                .map(|i| {
+                    format!("(database = {{d{i}:String}} AND {table_column} = {{t{i}:String}})")
                 })
                 .collect::<Vec<_>>()
                 .join(" OR ")
         };
-        let params: Vec<(&str, &str)> = names
-            .iter()
-            .zip(tables)
-            .flat_map(|((d, t), (db, table))| [(d.as_str(), *db), (t.as_str(), *table)])
+        let names: Vec<(String, String)> = (0..tables.len())
+            .map(|i| (format!("d{i}"), format!("t{i}")))
             .collect();
+        let params_of = |which: &[usize]| -> Vec<(&str, &str)> {
+            which
+                .iter()
+                .flat_map(|&i| {
+                    [
+                        (names[i].0.as_str(), tables[i].database),
+                        (names[i].1.as_str(), tables[i].table),
+                    ]
+                })
+                .collect()
+        };
+        let all: Vec<usize> = (0..tables.len()).collect();
         let infos: Vec<TableInfo> = self
             .fetch(
-                &format!("{TABLE_INFO_SELECT} WHERE {}", condition("name")),
-                &params,
+                &format!("{TABLE_INFO_SELECT} WHERE {}", condition("name", &all)),
+                &params_of(&all),
             )
             .await?;
+        let info_of = |t: &TableToCheck<'_>| {
+            infos
+                .iter()
+                .find(|i| i.database == t.database && i.name == t.table)
+        };
+        // The tables whose columns are needed: those that exist with another definition than
+        // the one the caller knows.
+        let unknown: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|&i| {
+                info_of(&tables[i]).is_some_and(|info| {
+                    tables[i].known_definition != Some(info.create_table_query.as_str())
+                })
+            })
+            .collect();
         #[derive(Row, Deserialize)]
         struct TableColumn {
             database: String,
@@ -773,45 +818,51 @@ impl ClickHouseServer for Server {
             default_kind: String,
             default_expression: String,
         }
-        let columns: Vec<TableColumn> = self
-            .fetch(
+        let columns: Vec<TableColumn> = if unknown.is_empty() {
+            Vec::new()
+        } else {
+            self.fetch(
                 &format!(
                     "SELECT database, table, {COLUMN_FIELDS} \
                      FROM system.columns WHERE {} ORDER BY database, table, position",
-                    condition("table")
+                    condition("table", &unknown)
                 ),
-                &params,
+                &params_of(&unknown),
             )
-            .await?;
+            .await?
+        };
         let mutations: Vec<(String, String, u64)> = self
             .fetch(
                 &format!(
                     "SELECT database, table, count() FROM system.mutations \
                      WHERE ({}) AND NOT is_done GROUP BY database, table",
-                    condition("table")
+                    condition("table", &all)
                 ),
-                &params,
+                &params_of(&all),
             )
             .await?;
-        Ok(tables
+        Ok(all
             .iter()
-            .map(|(db, table)| {
-                let is = |d: &String, t: &String| d == db && t == table;
+            .map(|&i| {
+                let t = &tables[i];
+                let is = |d: &String, n: &String| d == t.database && n == t.table;
                 TableCheck {
-                    info: infos.iter().find(|i| is(&i.database, &i.name)).cloned(),
-                    columns: columns
-                        .iter()
-                        .filter(|c| is(&c.database, &c.table))
-                        .map(|c| ColumnInfo {
-                            name: c.name.clone(),
-                            type_name: c.type_name.clone(),
-                            default_kind: c.default_kind.clone(),
-                            default_expression: c.default_expression.clone(),
-                        })
-                        .collect(),
+                    info: info_of(t).cloned(),
+                    columns: unknown.contains(&i).then(|| {
+                        columns
+                            .iter()
+                            .filter(|c| is(&c.database, &c.table))
+                            .map(|c| ColumnInfo {
+                                name: c.name.clone(),
+                                type_name: c.type_name.clone(),
+                                default_kind: c.default_kind.clone(),
+                                default_expression: c.default_expression.clone(),
+                            })
+                            .collect()
+                    }),
                     pending_mutations: mutations
                         .iter()
-                        .filter(|(d, t, _)| is(d, t))
+                        .filter(|(d, n, _)| is(d, n))
                         .map(|(_, _, n)| n)
                         .sum(),
                 }

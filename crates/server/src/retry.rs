@@ -15,7 +15,7 @@ use chpart_core::retry::{clock_seed, RetryPolicy};
 use crate::{
     AttachActivity, ClickHouseServer, ClusterReplica, ColumnInfo, DetachedPartInfo, DiskRow,
     ErrorClass, LedgerRow, PartCheck, ReplicaPorts, ServerError, SharedServer, StateRow,
-    TableCheck, TableInfo, VolumeRow,
+    TableCheck, TableInfo, TableToCheck, VolumeRow,
 };
 
 /// A server with retries of what may be repeated.
@@ -227,7 +227,10 @@ impl ClickHouseServer for Retrying {
             .await
     }
 
-    async fn check_tables(&self, tables: &[(&str, &str)]) -> Result<Vec<TableCheck>, ServerError> {
+    async fn check_tables(
+        &self,
+        tables: &[TableToCheck<'_>],
+    ) -> Result<Vec<TableCheck>, ServerError> {
         self.again("check_tables", || self.inner.check_tables(tables))
             .await
     }

@@ -9,7 +9,7 @@ use chpart_core::retry::RetryPolicy;
 use chpart_server::faults::{Effect, Fault, Faulty};
 use chpart_server::retry::Retrying;
 use chpart_server::{
-    ClickHouseServer, ErrorClass, Server, ServerConfig, ServerError, SharedServer,
+    ClickHouseServer, ErrorClass, Server, ServerConfig, ServerError, SharedServer, TableToCheck,
 };
 use chpart_testenv::clickhouse::{shared, ClickHouse, TestDb};
 
@@ -126,7 +126,7 @@ fn reads_definitions_parts_and_detached_parts_on(
             .iter()
             .all(|p| p.rows == 1 && p.hash_of_all_files.len() == 32));
         assert_eq!(server.count(d, "ev").await.unwrap(), 2);
-        let checks = server.check_tables(&[(d, "ev")]).await.unwrap();
+        let checks = server.check_tables(&[check(d, "ev", None)]).await.unwrap();
         assert_eq!(checks[0].pending_mutations, 0);
 
         // DETACH, see it in detached/, ATTACH it back by exact name, and attach twice fails.
@@ -222,22 +222,60 @@ fn table_state_and_check_tables_on(
         assert_eq!(state[0].hash_of_all_files.len(), 32);
         assert!(state[1].hash_of_all_files.is_empty());
 
+        // The columns are read only where the caller's definition is not the table's.
+        let b_definition = server
+            .table_info(d, "b")
+            .await
+            .unwrap()
+            .unwrap()
+            .create_table_query;
         let checks = server
-            .check_tables(&[(d, "b"), (d, "missing"), (d, "a")])
+            .check_tables(&[
+                check(d, "b", Some(&b_definition)),
+                check(d, "missing", None),
+                check(d, "a", Some("CREATE TABLE an_older_definition")),
+            ])
             .await
             .unwrap();
         assert_eq!(checks.len(), 3);
         let (b, missing, a) = (&checks[0], &checks[1], &checks[2]);
         assert_eq!(b.info.as_ref().unwrap().name, "b");
+        assert_eq!(b.columns, None, "{b:?}");
         assert_eq!(b.pending_mutations, 1, "{b:?}");
         assert!(
-            missing.info.is_none() && missing.columns.is_empty(),
+            missing.info.is_none() && missing.columns.is_none(),
             "{missing:?}"
         );
         assert_eq!(a.info, server.table_info(d, "a").await.unwrap());
-        assert_eq!(a.columns, server.columns(d, "a").await.unwrap());
+        assert_eq!(a.columns, Some(server.columns(d, "a").await.unwrap()));
         assert_eq!(a.pending_mutations, 0);
+
+        // No known definition: every existing table's columns are read.
+        let checks = server
+            .check_tables(&[check(d, "a", None), check(d, "b", None)])
+            .await
+            .unwrap();
+        assert_eq!(
+            checks[0].columns,
+            Some(server.columns(d, "a").await.unwrap())
+        );
+        assert_eq!(
+            checks[1].columns,
+            Some(server.columns(d, "b").await.unwrap())
+        );
     });
+}
+
+fn check<'a>(
+    database: &'a str,
+    table: &'a str,
+    known_definition: Option<&'a str>,
+) -> TableToCheck<'a> {
+    TableToCheck {
+        database,
+        table,
+        known_definition,
+    }
 }
 
 #[test]
