@@ -258,7 +258,8 @@ def test_write_through_the_connector_one_part_per_partition_per_shard(three_shar
     Parts: the layout clusters the rows by the table's partition key (toYYYYMMDD(ts)), so each
     day is in one task, and that task's build routes the day's rows to the shards inside
     clickhouse-local, one part per shard: exactly one part per (day, shard). The same rows with
-    layout=none (the source's 4 tasks of consecutive ids, each day spread over 2 of them) get 2."""
+    write(..., layout="none") (the connector's option: the source's 4 tasks of consecutive ids,
+    each day spread over 2 of them) get 2."""
     cluster = three_shard_cluster
     plan = cluster.plan(chpart_bin)
     none_table, none_local = TABLE + "_none", LOCAL_TABLE + "_none"
@@ -309,6 +310,8 @@ def test_write_through_the_connector_one_part_per_partition_per_shard(three_shar
     every = {(day, node.shard_num) for day in days for node in cluster.nodes}
     clustered = parts_per_partition_and_shard(cluster, LOCAL_TABLE)
     assert clustered == {key: 1 for key in every}, f"parts per (partition, shard), layout=table: {clustered}"
+    none_summary = r["layout_none_summary"]
+    assert none_summary["via"] == "connector" and none_summary["rows"] == source.rows, none_summary
     assert_exactly_once(cluster.entry, none_table, source)
     unclustered = parts_per_partition_and_shard(cluster, none_local)
     assert unclustered == {key: 2 for key in every}, f"parts per (partition, shard), layout=none: {unclustered}"

@@ -30,6 +30,9 @@ MODES = ("append", "replace")
 VISIBILITIES = ("partition", "part")
 VERIFIES = ("auto", "server", "full", "sizes")
 VIAS = ("auto", "connector", "python")
+# The connector's option `layout` (deploy/spark/connector): Spark clusters and sorts the rows by
+# the table's keys ("table") or keeps the job's partitioning ("none").
+LAYOUTS = ("table", "none")
 # The JVM connector's DataSource (deploy/spark/connector): loadable iff its jar is on the
 # session's classpath.
 CONNECTOR_CLASS = "chpart.spark.ChpartDataSource"
@@ -114,28 +117,39 @@ def connector_loaded(spark):
         return False
 
 
-def choose_path(via, spark, *, after_build=None):
+def choose_path(via, spark, *, after_build=None, layout=None):
     """("connector" | "python", why): how `write()` runs its job.
 
-    - ``via="python"``: the mapInArrow tasks.
+    - ``via="python"``: the mapInArrow tasks; a ValueError if the call asks for something only
+      the connector has (``layout``).
     - ``via="connector"``: `format("chpart")`; a ValueError if the call asks for something only
       the Python tasks have (the test hook ``_after_build``) or the jar is not loadable.
     - ``via="auto"``: the connector when its jar is loadable and nothing Python-only is asked
-      for; else the Python tasks.
+      for; else the Python tasks, unless something connector-only is asked for: then a
+      ValueError, never a silent fallback that would drop it.
     """
     _check_choice("via", via, VIAS)
     python_only = ["_after_build (a test hook run inside the Python tasks)"] if after_build is not None else []
+    connector_only = [f"layout={layout!r} (the connector's option)"] if layout is not None else []
+    if python_only and connector_only:
+        raise ValueError(f"{', '.join(python_only)} needs the Python tasks and {', '.join(connector_only)} "
+                         "the connector: no path honours both")
     if via == "python":
+        if connector_only:
+            raise ValueError(f'via="python" cannot honour {", ".join(connector_only)}: the Python tasks keep the '
+                             "DataFrame's partitioning (use via=\"connector\" or \"auto\", or repartition the "
+                             "DataFrame yourself)")
         return "python", 'asked for (via="python")'
-    if via == "connector":
+    if via == "connector" or connector_only:
+        asked = 'via="connector"' if via == "connector" else ", ".join(connector_only)
         if python_only:
-            raise ValueError(f'via="connector" cannot honour {", ".join(python_only)}: it has no connector '
+            raise ValueError(f'{asked} cannot honour {", ".join(python_only)}: it has no connector '
                              'counterpart (use via="python" or "auto")')
         if not connector_loaded(spark):
-            raise ValueError(f'via="connector": {CONNECTOR_CLASS} is not loadable in this session\'s JVM: put '
+            raise ValueError(f'{asked}: {CONNECTOR_CLASS} is not loadable in this session\'s JVM: put '
                              'chpart-spark.jar on the classpath when the session starts (spark.jars or '
                              'spark-submit --jars; deploy/spark/build-connector.sh builds it)')
-        return "connector", 'asked for (via="connector")'
+        return "connector", f"asked for ({asked})"
     if python_only:
         return "python", f"{', '.join(python_only)} has no connector counterpart"
     if not connector_loaded(spark):
@@ -264,7 +278,7 @@ def _read_winners(path, load_id):
 
 
 def write(df, table, load_id, config, mode="append", visibility="partition", chpart="chpart",
-          verify="auto", extra_env=None, *, winners_path=None, via="auto", _after_build=None):
+          verify="auto", extra_env=None, *, winners_path=None, via="auto", layout=None, _after_build=None):
     """Loads ``df`` into the ClickHouse table ``table`` ("db.table") exactly once, as load
     ``load_id``, and returns the commit summary (a dict, see below).
 
@@ -294,6 +308,10 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
       publish, and clusters and sorts the rows by the table's keys (one part per table
       partition); the Python tasks keep the DataFrame's partitioning and every attempt
       publishes (`collect()` names the winners).
+    - ``layout``: the connector's option `layout`: "table" (its default: the rows clustered by
+      the table's partition key and sorted by its `ORDER BY`) or "none" (the DataFrame's own
+      partitioning). Only the connector has it: given with via="python" it is refused, and with
+      via="auto" it needs the connector's jar (refused without it rather than dropped).
     - ``_after_build``: TEST HOOK, not for production: ``callable(task_context, manifest)``
       run inside each Python task after its ``chpart build`` published its parts and before the
       task returns; raising from it fails that attempt after it published (tests and the
@@ -318,6 +336,8 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     _check_choice("mode", mode, MODES)
     _check_choice("visibility", visibility, VISIBILITIES)
     _check_choice("verify", verify, VERIFIES)
+    if layout is not None:
+        _check_choice("layout", layout, LAYOUTS)
     if mode == "replace" and visibility != "partition":
         raise ValueError('mode="replace" requires visibility="partition"')
     if not _ID.match(load_id or ""):
@@ -327,7 +347,7 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     spark = df.sparkSession
     # Decided first: via="connector" with a Python-only argument, or without the jar, fails
     # before anything runs.
-    path, why = choose_path(via, spark, after_build=_after_build)
+    path, why = choose_path(via, spark, after_build=_after_build, layout=layout)
     t0 = time.monotonic()
     seconds = {"begin": 0.0, "job": 0.0, "commit": 0.0}
     common = dict(chpart=chpart, config=config, load_id=load_id, extra_env=extra_env)
@@ -370,7 +390,7 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     if path == "connector":
         log.info('load %s: through the JVM connector, df.write.format("chpart"): %s', load_id, why)
         return _write_through_connector(df, table=table, mode=mode, visibility=visibility, verify=verify,
-                                        winners_path=winners_path, app_id=app_id, t0=t0, **common)
+                                        layout=layout, winners_path=winners_path, app_id=app_id, t0=t0, **common)
     log.info("load %s: through Python tasks (mapInArrow): %s", load_id, why)
     prefix = attempt_prefix(spark.sparkContext, secrets.token_hex(6))
     _cli.run_json(chpart, "begin", ["--table", table, "--load", load_id, "--mode", mode, "--visibility", visibility],
@@ -430,14 +450,15 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     return summary
 
 
-def _write_through_connector(df, *, table, mode, visibility, verify, winners_path, app_id, t0, chpart, config,
-                             load_id, extra_env):
+def _write_through_connector(df, *, table, mode, visibility, verify, layout, winners_path, app_id, t0, chpart,
+                             config, load_id, extra_env):
     """`df.write.format("chpart")` with write()'s arguments as the connector's options; the
     summary from `chpart status` afterwards (Spark's write API returns nothing).
 
     The connector runs the same protocol on the JVM (ChpartBatchWrite: `chpart status`, `begin`,
     a build per task attempt that its commit coordinator authorized, `commit` of exactly Spark's
-    commit messages, `abort` if the job fails), with its default layout (option `layout=table`)."""
+    commit messages, `abort` if the job fails), with its default layout (option `layout=table`)
+    unless ``layout`` says otherwise."""
     # replace = Spark's overwrite, which the connector maps to chpart's replace mode of the
     # partitions written (its option overwrite=partitions, the default).
     writer = (df.write.format("chpart").mode("overwrite" if mode == "replace" else "append")
@@ -445,6 +466,8 @@ def _write_through_connector(df, *, table, mode, visibility, verify, winners_pat
               .option("visibility", visibility).option("verify", verify))
     if winners_path:
         writer = writer.option("winners_path", os.path.abspath(winners_path))
+    if layout is not None:
+        writer = writer.option("layout", layout)
     for name, value in (extra_env or {}).items():
         writer = writer.option(f"env.{name}", str(value))
     t = time.monotonic()

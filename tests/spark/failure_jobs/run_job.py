@@ -412,7 +412,7 @@ def scenario_write_auto(args, spark, df, ctrl, result):
     part fails after publishing (the probe: a connector task cannot fail after its build on its
     own), Spark retries it and the retry wins.
 
-    --layout-none-table T: then the same rows through format("chpart") with layout=none into T
+    --layout-none-table T: then the same rows through chpart_spark.write(..., layout="none") into T
     (load `<load>-layout-none`): each of the 4 input tasks builds for the days it holds."""
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("chpart_spark: %(message)s"))
@@ -422,7 +422,9 @@ def scenario_write_auto(args, spark, df, ctrl, result):
                                            chpart=args.probe, extra_env=fail_after_publish_env(args, ctrl, None))
     mark(result, "write")
     if args.layout_none_table:
-        connector_write(df, args, args.probe_env, load=f"{args.load}-layout-none", table=args.layout_none_table)
+        result["layout_none_summary"] = chpart_spark.write(
+            df, table=args.layout_none_table, load_id=f"{args.load}-layout-none", config=args.config,
+            chpart=args.probe, extra_env=args.probe_env, layout="none")
         mark(result, "layout=none write")
 
 
@@ -499,7 +501,7 @@ def main():
     p.add_argument("--rows", type=int, required=True)
     p.add_argument("--master")
     p.add_argument("--jar", help="the JVM connector's jar (deploy/spark/build-connector.sh)")
-    p.add_argument("--layout-none-table", help="write-auto: also write the rows with layout=none into this table")
+    p.add_argument("--layout-none-table", help="write-auto: also write the rows with write(layout=\"none\") into this table")
     args = p.parse_args()
     args.work = os.path.abspath(args.work)
     args.event_dir = os.path.join(args.work, "spark-events")
