@@ -1117,12 +1117,10 @@ impl Who<'_> {
     }
 }
 
-/// Digests every part and uploads it into staging, side by side: uploaders (one thread per
-/// connection) take the parts in order while one thread digests them. A backend whose upload
-/// copies (SFTP: `consuming_upload_copies`) may take a part before it is digested, so the
-/// largest part's transfer does not wait for its hashing; one that may move the files away
-/// (the local one) takes a part only once it is digested. Part `i` goes to `staged[i]`.
-/// Returns each part's files, in order.
+/// Digests every part and uploads it into staging, as a pipeline: a part goes to the uploaders
+/// (one thread per connection) as soon as its files are digested, so hashing overlaps the
+/// transfer, and a backend that moves instead of copying (the local one) never takes a part
+/// before it was digested. Part `i` goes to `staged[i]`. Returns each part's files, in order.
 fn ship_parts(
     who: &Who<'_>,
     uploaders: &[&dyn RemoteFs],
@@ -1135,12 +1133,6 @@ fn ship_parts(
     let failed = AtomicBool::new(false);
     let (tx, rx) = std::sync::mpsc::channel::<usize>();
     let rx = Mutex::new(rx);
-    let copies = uploaders.iter().all(|fs| fs.consuming_upload_copies());
-    if copies {
-        for i in 0..parts.len() {
-            let _ = tx.send(i);
-        }
-    }
     let (digested, uploads) = std::thread::scope(|scope| {
         let digester = scope.spawn(|| {
             let t = Instant::now();
@@ -1149,17 +1141,8 @@ fn ship_parts(
                 if failed.load(Ordering::Relaxed) {
                     break;
                 }
-                match digest_part(&part.dir) {
-                    Ok(files) => out.push(files),
-                    Err(e) => {
-                        // Uploaders take no further part.
-                        failed.store(true, Ordering::Relaxed);
-                        return Err(build_err(e));
-                    }
-                }
-                if !copies {
-                    let _ = tx.send(i);
-                }
+                out.push(digest_part(&part.dir).map_err(build_err)?);
+                let _ = tx.send(i);
             }
             drop(tx);
             Ok::<_, BuildError>((out, t.elapsed().as_secs_f64()))
@@ -1171,9 +1154,6 @@ fn ship_parts(
                 scope.spawn(move || loop {
                     let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                     let Ok(i) = next else { return Ok(()) };
-                    if failed.load(Ordering::Relaxed) {
-                        return Ok(());
-                    }
                     let to = &staged[i];
                     let step = who.step("build.upload").part(&names[i]);
                     match fs.upload_dir_consuming(&parts[i].dir, to.as_str()) {

@@ -86,14 +86,6 @@ pub trait RemoteFs: Send + Sync {
         self.upload_dir(local, remote)
     }
 
-    /// Whether [`RemoteFs::upload_dir_consuming`] always copies, leaving `local` in place and
-    /// unchanged: then a caller may go on reading `local` while the upload runs (the build
-    /// digests a part while it is uploaded). `false`, the default, promises nothing: the local
-    /// backend moves the tree away.
-    fn consuming_upload_copies(&self) -> bool {
-        false
-    }
-
     /// Renames `from` to `to`; fails with [`RemoteError::AlreadyExists`] if `to`
     /// exists and never overwrites. Atomic on the local backend (`renameat2`
     /// `RENAME_NOREPLACE`); over SFTP, OpenSSH's server checks the target is

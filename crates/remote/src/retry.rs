@@ -167,13 +167,6 @@ impl RemoteFs for Reconnecting {
         })
     }
 
-    fn consuming_upload_copies(&self) -> bool {
-        self.current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .consuming_upload_copies()
-    }
-
     fn rename_noreplace(&self, from: &str, to: &str) -> Result<(), RemoteError> {
         self.once(|fs| fs.rename_noreplace(from, to))
     }

@@ -946,11 +946,6 @@ impl RemoteFs for SftpFs {
         })
     }
 
-    /// The default `upload_dir_consuming` is a plain upload: the files are read, never moved.
-    fn consuming_upload_copies(&self) -> bool {
-        true
-    }
-
     fn upload_dir(&self, local: &Path, remote: &str) -> Result<UploadStats, RemoteError> {
         self.with_conn("upload_dir", remote, |conn, ops| {
             ops.upload_dir(conn, local, remote)
