@@ -89,6 +89,7 @@ const DEFAULT_SPOOL_CHUNK_BYTES: u64 = chpart_build::parts::ONE_BLOCK_BYTES;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Variant {
     Raw,
+    RawSync,
     Local,
     Sftp,
     StreamDefault,
@@ -97,6 +98,7 @@ enum Variant {
     LocalMerge,
     ServerInsert,
     Scp,
+    ScpSync,
     ScpConnect,
 }
 
@@ -104,6 +106,7 @@ impl Variant {
     fn label(self) -> &'static str {
         match self {
             Variant::Raw => "(a) raw clickhouse-local",
+            Variant::RawSync => "(a) raw, then fsync of its parts' files",
             Variant::Local => "(b) chpart build, local transport",
             Variant::Sftp => "(c) chpart build, SFTP to loopback sshd",
             Variant::StreamDefault => "(e) chpart build < Arrow stream, default spool",
@@ -112,6 +115,7 @@ impl Variant {
             Variant::LocalMerge => "(m) chpart build --merge, local transport",
             Variant::ServerInsert => "(r) server INSERT ... FORMAT Parquet (HTTP)",
             Variant::Scp => "(d) scp -r of the part directories",
+            Variant::ScpSync => "(d) scp -r, then fsync of every file copied",
             Variant::ScpConnect => "(d) scp of one small file (SSH set-up cost)",
         }
     }
@@ -408,6 +412,17 @@ impl Round<'_> {
                 Some(raw.bytes_on_disk()),
             ),
         );
+        // The same parts made as durable as chpart's (it fsyncs every file it publishes): the
+        // raw build's time plus an fsync of each of its parts' files right after it.
+        let mut sync = Command::new("sync");
+        for part in &raw.parts {
+            sync.args(tree_files(&part.path)?);
+        }
+        let synced = measure::run(&mut sync)?;
+        synced.check()?;
+        let mut durable = Sample::of(&raw.run, None, Some(raw.bytes_on_disk()));
+        durable.secs += synced.wall.as_secs_f64();
+        results.add(Variant::RawSync, durable);
 
         if let Some(chpart) = self.chpart {
             // (b) and (c): the same build, published locally and over SFTP.
@@ -457,10 +472,14 @@ impl Round<'_> {
 
         // (d) scp -r of raw's part directories into the server's filesystem.
         let dirs: Vec<PathBuf> = raw.parts.iter().map(|p| p.path.clone()).collect();
-        let (scp, copied) = self.scp(&dirs)?;
+        let (scp, copied) = self.scp(&dirs, false)?;
         results.add(Variant::Scp, Sample::of(&scp, None, Some(copied)));
+        // The same, made as durable as chpart's upload (which fsyncs every file it writes)
+        // before it counts as done.
+        let (durable, copied) = self.scp(&dirs, true)?;
+        results.add(Variant::ScpSync, Sample::of(&durable, None, Some(copied)));
         let small = [raw.parts[0].path.join("count.txt")];
-        let (connect, copied) = self.scp(&small)?;
+        let (connect, copied) = self.scp(&small, false)?;
         results.add(
             Variant::ScpConnect,
             Sample::of(&connect, None, Some(copied)),
@@ -574,8 +593,10 @@ impl Round<'_> {
     /// Copies `paths` (part directories, or files) with OpenSSH's scp into
     /// `<server data>/bench-scp/r<round>/` on the server's filesystem, checks the copy's size and
     /// removes it. OpenSSH 9 scp speaks SFTP by default, the protocol chpart uses; the key and
-    /// host key check are chpart's. Returns the run and the bytes copied.
-    fn scp(&self, paths: &[PathBuf]) -> anyhow::Result<(Measured, u64)> {
+    /// host key check are chpart's. With `fsync`, every file copied is then fsynced (coreutils
+    /// `sync FILE...`, timed with the copy), as durable as chpart's upload leaves its files.
+    /// Returns the run and the bytes copied.
+    fn scp(&self, paths: &[PathBuf], fsync: bool) -> anyhow::Result<(Measured, u64)> {
         let dest = self
             .server
             .data_dir
@@ -601,8 +622,15 @@ impl Round<'_> {
             cmd.arg(path.as_os_str());
         }
         cmd.arg(format!("root@127.0.0.1:{}/", dest.display()));
-        let run = measure::run(&mut cmd)?;
+        let mut run = measure::run(&mut cmd)?;
         run.check()?;
+        if fsync {
+            let mut sync = Command::new("sync");
+            sync.args(tree_files(&dest)?);
+            let synced = measure::run(&mut sync)?;
+            synced.check()?;
+            run.wall += synced.wall;
+        }
         // system.parts' bytes_on_disk leaves out a few small files (checksums.txt among them);
         // what scp moved is every file.
         let copied = tree_bytes(&dest)?;
@@ -616,6 +644,20 @@ impl Round<'_> {
         }
         Ok((run, copied))
     }
+}
+
+/// The files under `dir`, recursively.
+fn tree_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("list {}", dir.display()))? {
+        let path = entry?.path();
+        if path.is_dir() {
+            files.extend(tree_files(&path)?);
+        } else {
+            files.push(path);
+        }
+    }
+    Ok(files)
 }
 
 /// Bytes of the file at `path`, or of all files under it.
@@ -681,6 +723,7 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
     );
     for variant in [
         Variant::Raw,
+        Variant::RawSync,
         Variant::Local,
         Variant::Sftp,
         Variant::StreamDefault,
@@ -803,9 +846,11 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
     let scp_rate = results
         .best(Variant::Scp)
         .and_then(|s| Some(mb(s.part_bytes?) / s.secs));
-    if let Some(best) = results.best(Variant::Scp) {
-        let bytes = best.part_bytes.unwrap_or(0);
-        upload_row(w, Variant::Scp.label(), bytes, best.secs, scp_rate);
+    for variant in [Variant::Scp, Variant::ScpSync] {
+        if let Some(best) = results.best(variant) {
+            let bytes = best.part_bytes.unwrap_or(0);
+            upload_row(w, variant.label(), bytes, best.secs, scp_rate);
+        }
     }
     if let Some(best) = results.best(Variant::ScpConnect) {
         // A few bytes: the time is SSH's connection set-up, a rate would mean nothing.
@@ -859,6 +904,8 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
          blocks); bound = {SPOOL_CHUNKS_AT_ONCE} x chunk + parts; at once = most chunk files \
          one walk saw; largest = the largest chunk file seen (a chunk ends after the batch that \
          reaches the bound, so it may pass the bound by one batch)\n  \
+         scp -r, then fsync = the same copy, then coreutils `sync` of every file copied, timed \
+         together: as durable as chpart's upload (which fsyncs each file it writes) when it ends\n  \
          scp -r includes its SSH set-up (the one-file row); chpart's upload phase does not (it \
          connects earlier)",
         measure::POLL.as_millis(),
@@ -878,6 +925,16 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
                 local.secs,
                 verdict(ratio >= BUILD_TARGET)
             );
+            if let Some(durable) = results.best(Variant::RawSync) {
+                let _ = writeln!(
+                    w,
+                    "    beside it: against (a) made as durable (its parts' files fsynced): {:.2} s \
+                     / (b) {:.2} s = {:.3}x",
+                    durable.secs,
+                    local.secs,
+                    durable.secs / local.secs
+                );
+            }
         }
         _ => {
             let _ = writeln!(
@@ -903,6 +960,18 @@ fn report(options: &BuildOptions, input: &str, results: &Results) -> String {
                 mb(bytes) / secs,
                 verdict(ratio >= UPLOAD_TARGET)
             );
+            if let Some(durable) = results
+                .best(Variant::ScpSync)
+                .and_then(|s| Some(mb(s.part_bytes?) / s.secs))
+            {
+                let _ = writeln!(
+                    w,
+                    "    beside it: against scp -r made as durable (every file fsynced): chpart \
+                     {:.1} MB/s / {durable:.1} MB/s = {:.3}x",
+                    mb(bytes) / secs,
+                    mb(bytes) / secs / durable
+                );
+            }
         }
         (None, _, Some(Estimate::WithinNoise)) => {
             let _ = writeln!(
