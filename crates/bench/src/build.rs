@@ -414,14 +414,9 @@ impl Round<'_> {
         );
         // The same parts made as durable as chpart's (it fsyncs every file it publishes): the
         // raw build's time plus an fsync of each of its parts' files right after it.
-        let mut sync = Command::new("sync");
-        for part in &raw.parts {
-            sync.args(tree_files(&part.path)?);
-        }
-        let synced = measure::run(&mut sync)?;
-        synced.check()?;
+        let dirs: Vec<PathBuf> = raw.parts.iter().map(|p| p.path.clone()).collect();
         let mut durable = Sample::of(&raw.run, None, Some(raw.bytes_on_disk()));
-        durable.secs += synced.wall.as_secs_f64();
+        durable.secs += fsync_trees(&dirs)?.as_secs_f64();
         results.add(Variant::RawSync, durable);
 
         if let Some(chpart) = self.chpart {
@@ -471,7 +466,6 @@ impl Round<'_> {
         }
 
         // (d) scp -r of raw's part directories into the server's filesystem.
-        let dirs: Vec<PathBuf> = raw.parts.iter().map(|p| p.path.clone()).collect();
         let (scp, copied) = self.scp(&dirs, false)?;
         results.add(Variant::Scp, Sample::of(&scp, None, Some(copied)));
         // The same, made as durable as chpart's upload (which fsyncs every file it writes)
@@ -625,11 +619,7 @@ impl Round<'_> {
         let mut run = measure::run(&mut cmd)?;
         run.check()?;
         if fsync {
-            let mut sync = Command::new("sync");
-            sync.args(tree_files(&dest)?);
-            let synced = measure::run(&mut sync)?;
-            synced.check()?;
-            run.wall += synced.wall;
+            run.wall += fsync_trees(std::slice::from_ref(&dest))?;
         }
         // system.parts' bytes_on_disk leaves out a few small files (checksums.txt among them);
         // what scp moved is every file.
@@ -644,6 +634,17 @@ impl Round<'_> {
         }
         Ok((run, copied))
     }
+}
+
+/// Fsyncs every file under `dirs` (coreutils `sync FILE...`); returns how long that took.
+fn fsync_trees(dirs: &[PathBuf]) -> anyhow::Result<std::time::Duration> {
+    let mut sync = Command::new("sync");
+    for dir in dirs {
+        sync.args(tree_files(dir)?);
+    }
+    let synced = measure::run(&mut sync)?;
+    synced.check()?;
+    Ok(synced.wall)
 }
 
 /// The files under `dir`, recursively.
