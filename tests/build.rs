@@ -289,7 +289,7 @@ fn attach_every_part(ch: &ClickHouse, table: &str, m: &Manifest) {
 /// (7000-row blocks: the engine cannot read such a stream from a pipe, it seeks, so chpart must
 /// not hand it one), with `ts` as a timestamp (ClickHouse writes DateTime as UInt32 in Arrow;
 /// a timestamp is what batch jobs send).
-fn arrow_stream_of(s: &Setup, rows: u64) -> PathBuf {
+pub fn arrow_stream_of(s: &Setup, rows: u64) -> PathBuf {
     let select = format!(
         "SELECT toDateTime64(ts, 3, 'UTC') AS ts, id, name, score FROM ({}) SETTINGS max_block_size = 7000",
         rows_select(0, rows)

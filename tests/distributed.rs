@@ -631,3 +631,56 @@ fn readers_of_the_distributed_table_never_see_a_row_twice_or_rows_go_away_during
         "the reader read during the commit: {seen:?}"
     );
 }
+
+/// `chpart load` into a Distributed table loads every shard as ClickHouse routes the rows,
+/// and a run stopped between the shards' commits is finished by the same command.
+#[test]
+fn chpart_load_into_a_distributed_table_loads_every_shard_exactly_once() {
+    let s = ClusterSetup::new("dist_cli_load", &[1, 2, 3], "id");
+    s.insert_twin(&[0, 1, 2]);
+    let files: Vec<PathBuf> = (0..3)
+        .map(|p| {
+            write_rows(
+                s.dir.path(),
+                &format!("in-{p}.parquet"),
+                &partition_rows(p),
+                "Parquet",
+            )
+        })
+        .collect();
+    let run = |crash_at: Option<&str>| {
+        let mut cmd = chpart();
+        cmd.args(["load", "--config"]).arg(&s.config).args([
+            "--table",
+            "db.events",
+            "--load",
+            "dcl-1",
+            "--jobs",
+            "2",
+            "--json",
+        ]);
+        for f in &files {
+            cmd.arg("--input").arg(f);
+        }
+        if let Some(point) = crash_at {
+            cmd.env("CHPART_TEST_CRASH_AT", point);
+        }
+        cmd.output().unwrap()
+    };
+    let out = run(Some("before-cluster-commit"));
+    assert!(
+        text(&out).contains("CHPART_TEST_CRASH_AT=before-cluster-commit"),
+        "the run was to stop there: {}",
+        text(&out)
+    );
+    let out = run(None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let summary: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(summary["rows"], 3000, "{summary}");
+    assert_exactly_once_as_routed(&s, "chpart load, stopped before the cluster commit");
+    assert_eq!(s.leftovers(), Vec::<String>::new());
+    for node in &s.cluster.nodes {
+        assert_eq!(shadow_tables(&node.server).trim(), "0");
+    }
+}

@@ -14,6 +14,7 @@ mod engines;
 mod events;
 mod faults;
 mod launcher;
+mod load;
 mod recover;
 mod replace;
 mod s3;

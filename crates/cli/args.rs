@@ -53,6 +53,7 @@ impl Cli {
             Command::Gc(_) => "gc",
             Command::Plan(_) => "plan",
             Command::Ledger(_) => "ledger",
+            Command::Load(_) => "load",
         }
     }
 
@@ -63,6 +64,7 @@ impl Cli {
             Command::Build(a) => Some(&a.load),
             Command::Commit(a) => Some(&a.load),
             Command::Abort(a) => Some(&a.load),
+            Command::Load(a) => Some(&a.load),
             Command::Status(a) => a.load.as_deref(),
             Command::Gc(_) | Command::Plan(_) | Command::Ledger(_) => None,
         }
@@ -114,6 +116,13 @@ pub enum Command {
     /// begin now, 3 when a host does not answer, 4 when the table cannot be loaded as it is.
     #[command(after_help = exit::HELP)]
     Plan(PlanArgs),
+    /// Load Parquet files (or an Arrow stream on stdin) in one command, for any batch job:
+    /// begin, build the inputs in parallel (attempt ids made here), commit, gc what the load
+    /// left. Re-running the same command finishes a load interrupted at any point (killed
+    /// during a build or the commit) and is a no-op for a committed load; a load id reused
+    /// with other inputs is refused (exit 4). Into a Distributed table it loads every shard.
+    #[command(after_help = exit::HELP)]
+    Load(LoadArgs),
     /// Maintain the ledger: `prune` deletes the entries of loads finished long ago, keeping a
     /// tombstone of each.
     Ledger(crate::ledger::LedgerArgs),
@@ -343,6 +352,62 @@ pub struct BuildArgs {
     pub merge: bool,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Target table as DATABASE.TABLE (a MergeTree-family table, or a Distributed table over
+    /// them: every shard is loaded).
+    #[arg(long, value_name = "DB.TABLE")]
+    pub table: String,
+    /// The load id: names this set of inputs, e.g. events-2026-11-30T09 ([A-Za-z0-9._-]).
+    #[arg(long, value_name = "LOAD_ID")]
+    pub load: String,
+    /// A Parquet file, a directory (every *.parquet under it; hidden and _-prefixed names
+    /// skipped), or - alone for an Arrow IPC stream on stdin. Repeat for more.
+    #[arg(long, value_name = "PATH", num_args = 1.., required = true)]
+    pub input: Vec<PathBuf>,
+    /// Append rows, or replace the partitions the load touches.
+    #[arg(long, value_enum, default_value = "append")]
+    pub mode: ModeArg,
+    /// How the load becomes visible at commit.
+    #[arg(long, value_enum, default_value = "partition")]
+    pub visibility: VisibilityArg,
+    /// How parts are compared with their manifests before anything becomes visible.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub verify: VerifyArg,
+    /// Builds run at once (default: this machine's cores). The first run splits the files into
+    /// this many builds, more where one would read over 1 GiB, never more than there are
+    /// files; a re-run keeps that split.
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Where the builds' manifests are kept until the commit, so that a re-run on this machine
+    /// does not build them again. Default: `<clickhouse_local.work_dir>/chpart-load`.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Merge each build's rows of a partition into one part before shipping (costs a merge).
+    #[arg(long)]
+    pub merge: bool,
+    /// Load a table that materialized views read from (they will not see these rows).
+    #[arg(long)]
+    pub allow_materialized_views: bool,
+    /// Print the summary as one JSON line on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl From<VerifyArg> for Option<chpart_protocol::observe::Verify> {
+    fn from(v: VerifyArg) -> Self {
+        use chpart_protocol::observe::Verify;
+        match v {
+            VerifyArg::Auto => None,
+            VerifyArg::Sizes => Some(Verify::Sizes),
+            VerifyArg::Server => Some(Verify::Server),
+            VerifyArg::Full => Some(Verify::Full),
+        }
+    }
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Begin(args) => run_begin(args),
@@ -353,6 +418,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Gc(args) => crate::driver::run_gc(args),
         Command::Plan(args) => run_plan(args),
         Command::Ledger(args) => crate::ledger::run_ledger(args),
+        Command::Load(args) => crate::load::run_load(args),
     }
 }
 
@@ -396,7 +462,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 
 /// This host's clickhouse-local version, recorded by `begin` for operators. The driver need
 /// not have one (executors build), so failing to run it is only logged.
-fn local_version(config: &Config) -> Option<String> {
+pub fn local_version(config: &Config) -> Option<String> {
     let local = &config.clickhouse_local;
     match chpart_build::LocalCommand::new(&local.command, local.timeout).identify() {
         Ok(id) => Some(id.version),
@@ -408,7 +474,7 @@ fn local_version(config: &Config) -> Option<String> {
 }
 
 /// The config's staging roots, as `begin` resolves them per disk.
-fn staging_roots(config: &Config) -> Result<StagingRoots, Failure> {
+pub fn staging_roots(config: &Config) -> Result<StagingRoots, Failure> {
     let path = |key: &str, p: &str| {
         RemotePath::new(p)
             .with_context(|| key.to_owned())
@@ -531,6 +597,7 @@ fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
         clickhouse_local_version: local_version(&config),
         staging: staging_roots(&config)?,
         shard_of: None,
+        inputs: None,
     };
     let ledger = Ledger::new(server_of(&config), &config.ledger_database);
     let reach = crate::build::ConfigReach::new(config.clone());

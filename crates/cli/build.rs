@@ -140,6 +140,63 @@ impl Reach for ConfigReach {
     }
 }
 
+/// What builds on this machine work with, from the config: the ledger (for the load's spec
+/// and fencing), clickhouse-local, the work and staging places and how hosts are reached.
+/// Shared by the attempts of one process (`chpart load` runs several at once).
+pub struct Executor {
+    /// The runtime `loads` reads the ledger on (kept alive with it).
+    _rt: tokio::runtime::Runtime,
+    loads: LedgerDirectory,
+    reach: ConfigReach,
+    local: LocalCommand,
+    connections: usize,
+    work_parent: std::path::PathBuf,
+    staging: StagingLayout,
+    spool_chunk_bytes: u64,
+}
+
+impl Executor {
+    pub fn new(config: Config) -> Result<Executor, Failure> {
+        let staging = StagingLayout::new(&config.staging_root)
+            .context("staging.root")
+            .map_err(usage)?;
+        let rt = runtime()?;
+        let loads = LedgerDirectory {
+            ledger: Ledger::new(server_of(&config), &config.ledger_database),
+            runtime: rt.handle().clone(),
+        };
+        Ok(Executor {
+            _rt: rt,
+            loads,
+            connections: match &config.transport {
+                Transport::Sftp(ssh) => ssh.upload_connections,
+                Transport::Local => 1,
+            },
+            local: LocalCommand::new(
+                &config.clickhouse_local.command,
+                config.clickhouse_local.timeout,
+            ),
+            work_parent: config.clickhouse_local.work_dir.clone(),
+            spool_chunk_bytes: config.clickhouse_local.spool_chunk_bytes,
+            staging,
+            reach: ConfigReach::new(config),
+        })
+    }
+
+    /// What one attempt's build works with.
+    pub fn env(&self) -> BuildEnv<'_> {
+        BuildEnv {
+            loads: &self.loads,
+            reach: &self.reach,
+            connections: self.connections,
+            local: &self.local,
+            work_parent: self.work_parent.clone(),
+            staging: self.staging.clone(),
+            spool_chunk_bytes: self.spool_chunk_bytes,
+        }
+    }
+}
+
 /// Makes this process die with its parent (the Spark Python worker): a killed task must not
 /// leave a builder running. If the parent is already gone, stop now.
 fn die_with_parent() -> Result<(), Failure> {
@@ -186,35 +243,8 @@ pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
         }
         paths => Input::Parquet(paths.to_vec()),
     };
-    let config = load_config(&args.config)?;
-    let staging = StagingLayout::new(&config.staging_root)
-        .context("staging.root")
-        .map_err(usage)?;
-    let rt = runtime()?;
-    let loads = LedgerDirectory {
-        ledger: Ledger::new(server_of(&config), &config.ledger_database),
-        runtime: rt.handle().clone(),
-    };
-    let connections = match &config.transport {
-        Transport::Sftp(ssh) => ssh.upload_connections,
-        Transport::Local => 1,
-    };
-    let local = LocalCommand::new(
-        &config.clickhouse_local.command,
-        config.clickhouse_local.timeout,
-    );
-    let work_parent = config.clickhouse_local.work_dir.clone();
-    let spool_chunk_bytes = config.clickhouse_local.spool_chunk_bytes;
-    let reach = ConfigReach::new(config);
-    let env = BuildEnv {
-        loads: &loads,
-        reach: &reach,
-        connections,
-        local: &local,
-        work_parent,
-        staging,
-        spool_chunk_bytes,
-    };
+    let executor = Executor::new(load_config(&args.config)?)?;
+    let env = executor.env();
     let context = format!(
         "load {load} attempt {} (partition {})",
         attempt.id, attempt.partition

@@ -7,14 +7,13 @@ use anyhow::Context;
 use chpart_core::retry::RetryPolicy;
 use chpart_core::{LoadId, StagingLayout};
 use chpart_protocol::cluster::commit_load_retrying;
-use chpart_protocol::commit::{CommitEnv, CommitRequest, MoreConnections};
-use chpart_protocol::observe::Verify;
+use chpart_protocol::commit::{CommitEnv, CommitOutcome, CommitRequest, MoreConnections};
 use chpart_protocol::store::Ledger;
 
 use chpart_protocol::cleanup::Removal;
 
 use crate::args::{
-    load_config, runtime, server_of, usage, AbortArgs, CommitArgs, GcArgs, StatusArgs, VerifyArg,
+    load_config, runtime, server_of, usage, AbortArgs, CommitArgs, GcArgs, StatusArgs,
 };
 use crate::build::{remote_fs, ConfigReach};
 use crate::exit::{self, Failure};
@@ -44,6 +43,29 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
     let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
     let winners = args.winners.as_deref().map(read_winners).transpose()?;
     let driver = driver_env(&args.config)?;
+    let request = CommitRequest {
+        load: load.clone(),
+        winners,
+        verify: args.verify.into(),
+        expected_partitions: args.partitions,
+        allow_missing: args.allow_missing_partitions,
+        visibility: args.visibility.map(Into::into),
+        prepare_only: false,
+    };
+    let outcome = commit(&driver, request)?;
+    log_committed(&outcome);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&outcome.summary).expect("a summary serializes")
+        );
+    }
+    Ok(exit::ok())
+}
+
+/// Commits (or resumes the commit of) a load, retrying after retryable failures within the
+/// config's deadline.
+pub fn commit(driver: &DriverEnv, request: CommitRequest) -> Result<CommitOutcome, Failure> {
     let env = CommitEnv {
         ledger: &driver.ledger,
         server: driver.ledger.server(),
@@ -55,21 +77,8 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
             total: driver.verify_connections,
         }),
     };
-    let request = CommitRequest {
-        load: load.clone(),
-        winners,
-        verify: match args.verify {
-            VerifyArg::Auto => None,
-            VerifyArg::Sizes => Some(Verify::Sizes),
-            VerifyArg::Server => Some(Verify::Server),
-            VerifyArg::Full => Some(Verify::Full),
-        },
-        expected_partitions: args.partitions,
-        allow_missing: args.allow_missing_partitions,
-        visibility: args.visibility.map(Into::into),
-        prepare_only: false,
-    };
-    let outcome = driver
+    let load = request.load.clone();
+    driver
         .rt
         .block_on(commit_load_retrying(
             &driver.reach,
@@ -83,7 +92,11 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
                 kind,
                 anyhow::Error::new(e).context(format!("commit of load {load}")),
             )
-        })?;
+        })
+}
+
+/// The log line of a commit's outcome.
+pub fn log_committed(outcome: &CommitOutcome) {
     let s = &outcome.summary;
     if outcome.already_committed && outcome.attached_now == 0 {
         tracing::info!(
@@ -105,22 +118,15 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
             outcome.seconds
         );
     }
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(s).expect("a summary serializes")
-        );
-    }
-    Ok(exit::ok())
 }
 
 /// The ledger, the server's filesystem and the staging layout of a config.
-struct DriverEnv {
-    rt: tokio::runtime::Runtime,
-    ledger: Ledger,
-    fs: std::sync::Arc<dyn chpart_remote::RemoteFs>,
-    staging: StagingLayout,
-    reach: ConfigReach,
+pub struct DriverEnv {
+    pub rt: tokio::runtime::Runtime,
+    pub ledger: Ledger,
+    pub fs: std::sync::Arc<dyn chpart_remote::RemoteFs>,
+    pub staging: StagingLayout,
+    pub reach: ConfigReach,
     /// The configured server's host name, whose filesystem `fs` is.
     host: String,
     /// Connections `commit` verifies over (`fs` and more from `reach`).
@@ -129,7 +135,10 @@ struct DriverEnv {
 }
 
 fn driver_env(config: &crate::args::ConfigArg) -> Result<DriverEnv, Failure> {
-    let config = load_config(config)?;
+    driver_env_of(load_config(config)?)
+}
+
+pub fn driver_env_of(config: chpart_config::Config) -> Result<DriverEnv, Failure> {
     let staging = StagingLayout::new(&config.staging_root)
         .context("staging.root")
         .map_err(usage)?;
@@ -317,6 +326,20 @@ pub fn run_status(args: StatusArgs) -> Result<ExitCode, Failure> {
 
 pub fn run_gc(args: GcArgs) -> Result<ExitCode, Failure> {
     let env = driver_env(&args.config)?;
+    let report = gc(&env, args.older_than, args.abort_stale, args.dry_run)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report).expect("serializes"));
+    }
+    Ok(exit::ok())
+}
+
+/// Runs gc, logging what it removed (or, with `dry_run`, would remove) and the stale open loads.
+pub fn gc(
+    env: &DriverEnv,
+    older_than: Option<u64>,
+    abort_stale: bool,
+    dry_run: bool,
+) -> Result<chpart_protocol::cleanup::GcReport, Failure> {
     let report = env
         .rt
         .block_on(chpart_protocol::cleanup::gc(
@@ -324,16 +347,12 @@ pub fn run_gc(args: GcArgs) -> Result<ExitCode, Failure> {
             &env.reach,
             env.fs.as_ref(),
             &env.staging,
-            args.older_than,
-            args.abort_stale,
-            args.dry_run,
+            older_than,
+            abort_stale,
+            dry_run,
         ))
         .map_err(cleanup_failure)?;
-    let verb = if args.dry_run {
-        "would remove"
-    } else {
-        "removed"
-    };
+    let verb = if dry_run { "would remove" } else { "removed" };
     for (load, removed) in &report.removed {
         for r in removed {
             tracing::info!("load {load}: {verb} {}", describe(r));
@@ -352,8 +371,5 @@ pub fn run_gc(args: GcArgs) -> Result<ExitCode, Failure> {
         "gc {verb} {total} item(s) of {} finished load(s)",
         report.removed.len()
     );
-    if args.json {
-        println!("{}", serde_json::to_string(&report).expect("serializes"));
-    }
-    Ok(exit::ok())
+    Ok(report)
 }

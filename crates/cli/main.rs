@@ -6,6 +6,7 @@ mod build;
 mod driver;
 mod exit;
 mod ledger;
+mod load;
 mod report;
 mod timeline;
 

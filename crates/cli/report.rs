@@ -24,6 +24,8 @@ pub struct Reporting {
     events: Option<Mutex<Box<dyn Write + Send>>>,
     metrics: Option<(PathBuf, Mutex<Metrics>)>,
     progress: Option<ProgressBar>,
+    /// `chpart load` is building: the bar counts its builds, not one build's parts.
+    many_builds: std::sync::atomic::AtomicBool,
 }
 
 /// Sums of the step events, by (step, outcome).
@@ -73,6 +75,7 @@ impl Reporting {
             events,
             metrics: metrics.map(|p| (p.to_owned(), Mutex::new(Metrics::default()))),
             progress,
+            many_builds: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -162,9 +165,14 @@ impl Reporting {
         }
     }
 
-    /// Moves the bar: builds count parts uploaded, commits parts attached.
+    /// Moves the bar: builds count parts uploaded, `chpart load` its builds, commits parts
+    /// attached.
     fn show(&self, bar: &ProgressBar, step: &str, outcome: &str, fields: &Map<String, Value>) {
+        use std::sync::atomic::Ordering;
         let number = |k: &str| fields.get(k).and_then(Value::as_u64).unwrap_or(0);
+        if step.starts_with("build.") && self.many_builds.load(Ordering::Relaxed) {
+            return;
+        }
         if outcome == RETRYING {
             bar.set_message(format!(
                 "retrying: {}",
@@ -176,6 +184,20 @@ impl Reporting {
             return;
         }
         match step {
+            "load.plan" => {
+                self.many_builds.store(true, Ordering::Relaxed);
+                let (builds, pending) = (number("parts"), number("attempts"));
+                bar.set_prefix("load: building");
+                bar.set_length(builds);
+                bar.set_position(builds - pending.min(builds));
+                bar.set_message(format!("{builds} build(s)"));
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                bar.tick();
+            }
+            "load.build" => {
+                bar.inc(1);
+                bar.set_message(format!("{} rows built", number("rows")));
+            }
             "build.read" => {
                 bar.set_prefix("build: uploading parts");
                 bar.set_length(number("parts"));

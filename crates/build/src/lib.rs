@@ -25,8 +25,8 @@ pub mod workdir;
 pub use ddl::{local_table_ddl, DdlError};
 pub use parts::{
     build_query, build_query_routed, digest_part, inspect_parts, local_args, rewrite_query,
-    split_listings, ttl_due, BuildSession, BuiltPart, DigestError, FileSource, PartCheckError,
-    QueryError, Rewrite, NO_BACKGROUND_MERGES,
+    sha256_of, split_listings, ttl_due, BuildSession, BuiltPart, DigestError, FileSource,
+    PartCheckError, QueryError, Rewrite, NO_BACKGROUND_MERGES,
 };
 pub use runner::{LocalCommand, LocalIdentity, RunError};
 pub use sql::{quote_ident, quote_str};

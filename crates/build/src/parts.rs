@@ -731,31 +731,33 @@ pub fn digest_part(dir: &Path) -> Result<Vec<FileEntry>, DigestError> {
             path: entry.path().to_path_buf(),
             source,
         };
-        let mut file = File::open(entry.path()).map_err(io_err)?;
-        let mut hasher = Sha256::new();
-        let mut size = 0u64;
-        loop {
-            let n = match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_err(e)),
-            };
-            hasher.update(&buf[..n]);
-            size += n as u64;
-        }
+        let file = File::open(entry.path()).map_err(io_err)?;
+        let (size, sha256) = sha256_of(file, &mut buf).map_err(io_err)?;
         let path = relative
             .split(std::path::MAIN_SEPARATOR)
             .collect::<Vec<_>>()
             .join("/");
-        entries.push(FileEntry {
-            path,
-            size,
-            sha256: hex::encode(hasher.finalize()),
-        });
+        entries.push(FileEntry { path, size, sha256 });
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(entries)
+}
+
+/// The size and hex sha256 of everything `reader` yields, read through `buf`.
+pub fn sha256_of(mut reader: impl Read, buf: &mut [u8]) -> io::Result<(u64, String)> {
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    loop {
+        let n = match reader.read(buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((size, hex::encode(hasher.finalize())))
 }
 
 #[cfg(test)]

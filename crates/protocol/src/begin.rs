@@ -14,7 +14,9 @@ use sha2::{Digest, Sha256};
 
 use chpart_core::commit::OpenReplaceLoad;
 
-use crate::ledger::{kind, LoadSpec, LoadState, Mode, Visibility};
+#[cfg(test)]
+use crate::ledger::STDIN_DIGEST;
+use crate::ledger::{kind, LoadInputs, LoadSpec, LoadState, Mode, Visibility};
 use crate::snapshot::TableSnapshot;
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
 
@@ -43,6 +45,9 @@ pub struct BeginRequest {
     pub staging: StagingRoots,
     /// For a shard's sub-load of a cluster load: which load and shard (`None` otherwise).
     pub shard_of: Option<crate::cluster::ShardOf>,
+    /// What `chpart load` reads (`None` for `chpart begin` and Spark): recorded in the spec,
+    /// and a load open with other inputs is refused.
+    pub inputs: Option<LoadInputs>,
 }
 
 /// What `begin` did.
@@ -75,6 +80,16 @@ pub enum BeginError {
         load: LoadId,
         /// Its state (`committed` or `aborted`).
         state: &'static str,
+    },
+    /// The load was begun for other inputs (`chpart load` with the same load id and other data).
+    #[error("load {load} was begun for {recorded}, but these inputs are {given}; a load id names one set of inputs: re-run with the same inputs to finish it, or use a new load id")]
+    InputsDiffer {
+        /// The load.
+        load: LoadId,
+        /// The recorded inputs, described.
+        recorded: String,
+        /// The given inputs, described.
+        given: String,
     },
     /// Another open load replaces partitions of the same table.
     #[error("table {table}: load {other} is open in replace mode on it; a replace load owns the partitions it replaces until it is committed or aborted, so another one cannot begin (finish or abort {other} first)")]
@@ -308,6 +323,7 @@ pub async fn begin_on(
         publish_disks,
         cluster: None,
         shard_of: req.shard_of.clone(),
+        inputs: req.inputs.clone(),
         opened_at_unix_ms: now_unix_ms(),
     };
     open_load(ledger, req, spec).await
@@ -429,6 +445,27 @@ pub(crate) async fn open_replace_loads(
     Ok(out)
 }
 
+/// Refuses `given` inputs other than the `recorded` ones. A request without inputs (`chpart
+/// begin`) accepts any: it does not say what it reads.
+pub fn check_inputs(
+    load: &LoadId,
+    recorded: Option<&LoadInputs>,
+    given: Option<&LoadInputs>,
+) -> Result<(), BeginError> {
+    match (recorded, given) {
+        (_, None) => Ok(()),
+        (Some(recorded), Some(given)) if recorded.same_data(given) => Ok(()),
+        (recorded, Some(given)) => Err(BeginError::InputsDiffer {
+            load: load.clone(),
+            recorded: recorded.map_or_else(
+                || "no recorded inputs (it was begun by `chpart begin` or Spark)".to_owned(),
+                LoadInputs::describe,
+            ),
+            given: given.describe(),
+        }),
+    }
+}
+
 /// The outcome for a load that already has entries, or `None` when it has none.
 pub(crate) fn existing_outcome(
     state: &LoadState,
@@ -443,6 +480,7 @@ pub(crate) fn existing_outcome(
         (LoadState::Open, Some(spec))
             if spec.same_request(&req.target, req.mode, req.visibility) =>
         {
+            check_inputs(&req.load, spec.inputs.as_ref(), req.inputs.as_ref())?;
             Ok(Some(BeginOutcome::AlreadyOpen(spec.clone())))
         }
         (LoadState::Open, Some(spec)) => Err(BeginError::Conflict {
@@ -451,5 +489,68 @@ pub(crate) fn existing_outcome(
             requested: describe(&req.target, req.mode, req.visibility),
         }),
         _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(files: u64, digest: &str, builds: u32) -> LoadInputs {
+        LoadInputs {
+            files,
+            bytes: files * 10,
+            digest: digest.into(),
+            builds,
+        }
+    }
+
+    #[test]
+    fn a_load_names_one_set_of_inputs() {
+        let load: LoadId = "l".parse().unwrap();
+        let a = inputs(3, "aa", 2);
+        // (recorded, given, accepted)
+        let rows: Vec<(&str, Option<LoadInputs>, Option<LoadInputs>, bool)> = vec![
+            (
+                "chpart begin asks nothing of the inputs",
+                Some(a.clone()),
+                None,
+                true,
+            ),
+            ("same data", Some(a.clone()), Some(a.clone()), true),
+            (
+                "same data, other --jobs",
+                Some(a.clone()),
+                Some(inputs(3, "aa", 4)),
+                true,
+            ),
+            (
+                "other content",
+                Some(a.clone()),
+                Some(inputs(3, "ab", 2)),
+                false,
+            ),
+            (
+                "other count",
+                Some(a.clone()),
+                Some(inputs(2, "aa", 2)),
+                false,
+            ),
+            ("begun without inputs", None, Some(a.clone()), false),
+            (
+                "stdin against files",
+                Some(a.clone()),
+                Some(inputs(0, STDIN_DIGEST, 1)),
+                false,
+            ),
+        ];
+        for (what, recorded, given, accepted) in rows {
+            let got = check_inputs(&load, recorded.as_ref(), given.as_ref());
+            assert_eq!(got.is_ok(), accepted, "{what}: {got:?}");
+            if let Err(e) = got {
+                assert!(matches!(e, BeginError::InputsDiffer { .. }), "{what}: {e}");
+                assert_eq!(e.kind(), crate::FailureKind::Permanent, "{what}");
+            }
+        }
     }
 }

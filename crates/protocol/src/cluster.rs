@@ -337,6 +337,7 @@ pub async fn begin_cluster(
                 shard_num: shard.shard_num,
                 url: shard.url.clone(),
             }),
+            inputs: None,
         };
         begin_on(ledger, server.as_ref(), &sub)
             .await
@@ -365,6 +366,7 @@ pub async fn begin_cluster(
         publish_disks: Vec::new(),
         cluster: Some(cluster),
         shard_of: None,
+        inputs: req.inputs.clone(),
         opened_at_unix_ms: now_unix_ms(),
     };
     crate::begin::open_load(ledger, req, spec).await

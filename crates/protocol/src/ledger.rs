@@ -77,9 +77,54 @@ pub struct LoadSpec {
     /// For a shard's sub-load of a cluster load: the load and shard it belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_of: Option<crate::cluster::ShardOf>,
+    /// For a load begun by `chpart load`: what it reads, so that a re-run with other inputs is
+    /// refused. `None` for loads begun otherwise (`chpart begin`, Spark).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<LoadInputs>,
     /// When the load began (ms since the Unix epoch).
     pub opened_at_unix_ms: u64,
 }
+
+/// What a `chpart load` reads, recorded when it begins the load: a re-run of the same command
+/// must read the same data (and then finishes the load), another command with the load's id is
+/// refused. The files' contents decide, not their paths: a retry on another machine, with the
+/// files downloaded elsewhere, is the same load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadInputs {
+    /// Input files (0 for an Arrow stream on stdin).
+    pub files: u64,
+    /// Their total size in bytes.
+    pub bytes: u64,
+    /// sha256 of the sorted lines `<sha256 of a file> <its bytes>`, one per file; `stdin` for an
+    /// Arrow stream on stdin, whose content cannot be known before it is read.
+    pub digest: String,
+    /// How many builds (partitions `0..builds`) the files are split into: chosen by the first
+    /// run and followed by every re-run, whatever its `--jobs`.
+    pub builds: u32,
+}
+
+impl LoadInputs {
+    /// Whether `other` names the same data (the number of builds is the recorded run's choice).
+    pub fn same_data(&self, other: &LoadInputs) -> bool {
+        self.files == other.files && self.bytes == other.bytes && self.digest == other.digest
+    }
+
+    /// A line naming the data, for messages.
+    pub fn describe(&self) -> String {
+        if self.digest == STDIN_DIGEST {
+            "an Arrow stream on stdin".to_owned()
+        } else {
+            format!(
+                "{} file(s), {} bytes, content sha256 {}",
+                self.files, self.bytes, self.digest
+            )
+        }
+    }
+}
+
+/// [`LoadInputs::digest`] of an Arrow stream on stdin.
+pub const STDIN_DIGEST: &str = "stdin";
 
 /// The arguments of `begin` that must match for a re-run to be a no-op.
 impl LoadSpec {
@@ -346,6 +391,14 @@ impl LoadView {
                     .map_err(|err| bad_entry(e, err.to_string()))
             })
             .transpose()
+    }
+
+    /// Whether a commit recorded its plan (of one table, or of a cluster load): from then on
+    /// the winners are the plan's, and a commit resumes without being given them.
+    pub fn planned(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.entry_id == entry::PLAN || e.kind == kind::CLUSTER_PLANNED)
     }
 
     /// The entry by which gc recorded the load finished and cleaned, if it did.

@@ -129,6 +129,7 @@ pub(crate) mod tests {
             }],
             cluster: None,
             shard_of: None,
+            inputs: None,
             opened_at_unix_ms: 1,
         }
     }

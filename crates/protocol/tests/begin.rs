@@ -22,6 +22,7 @@ fn request(db: &TestDb, load: &str, mode: Mode, visibility: Visibility) -> Begin
             per_disk: Vec::new(),
         },
         shard_of: None,
+        inputs: None,
     }
 }
 

@@ -126,6 +126,7 @@ fn late_writer_is_never_left_in_detached(moment: Moment) {
             per_disk: Vec::new(),
         },
         shard_of: None,
+        inputs: None,
     };
     let spec = match rt.block_on(begin(&ledger, &req)).unwrap() {
         BeginOutcome::Opened(spec) => spec,

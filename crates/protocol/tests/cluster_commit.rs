@@ -221,6 +221,7 @@ fn a_fault_on_one_shard_never_loses_or_duplicates_rows() {
                 clickhouse_local_version: None,
                 staging: reach.staging(&cluster.node(1).address.to_string()),
                 shard_of: None,
+                inputs: None,
             },
         ))
         .unwrap_or_else(|e| panic!("{}: begin: {e}", scenario.name));

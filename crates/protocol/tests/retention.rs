@@ -56,6 +56,7 @@ impl Setup<'_> {
                 per_disk: Vec::new(),
             },
             shard_of: None,
+            inputs: None,
         }
     }
 

@@ -185,6 +185,7 @@ pub fn built_load(
             clickhouse_local_version: None,
             staging: reach.staging(""),
             shard_of: None,
+            inputs: None,
         },
     ))
     .unwrap();
