@@ -4,7 +4,8 @@
 # into the server's detached/ on this machine, no SSH), generates an hour of web events in Spark
 # and loads them with chpart_spark.write while one task attempt fails after it has published its
 # parts, then shows what was loaded and the proof that every row is there exactly once, cleans
-# up with `chpart gc` and stops the server.
+# up with `chpart gc` and stops the server. Then the path without Spark: the next hour's events as
+# Parquet files, loaded with one `chpart load` (run twice: the second run is a no-op).
 #
 #   bash deploy/quickstart.sh                       # 600,000 events
 #   QUICKSTART_ROWS=1000000 bash deploy/quickstart.sh
@@ -17,7 +18,7 @@ RUN="$root/.run/quickstart"
 TABLE="web.events"
 PY="$root/.venv/bin/python"
 CHPART="$root/target/release/chpart"
-STEPS=6
+STEPS=7
 started=$SECONDS
 n=0
 
@@ -144,6 +145,33 @@ print(f"  (order-independent checksum over all {10} columns, chpart_spark.checks
 sys.exit(0 if ok else 1)
 EOF
 
+step "Without Spark: the next hour as Parquet files -> $TABLE with one chpart load (run twice)"
+# Any batch job's shape: files in a directory. Here the server writes them (the Spark hour,
+# an hour later), three files as a job's tasks would leave them, with Spark's _SUCCESS beside.
+mkdir -p "$RUN/next-hour"
+for k in 0 1 2; do
+  ch "SELECT * REPLACE (event_time + INTERVAL 1 HOUR AS event_time) FROM $TABLE WHERE cityHash64(session_id) % 3 = $k FORMAT Parquet" \
+    > "$RUN/next-hour/part-$k.parquet"
+done
+touch "$RUN/next-hour/_SUCCESS"
+before=$(ch "SELECT count() FROM $TABLE")
+for run in 1 2; do
+  "$CHPART" load --config "$RUN/chpart.toml" --table "$TABLE" --load "events-$HOUR-next" \
+    --input "$RUN/next-hour" --json 2>"$RUN/load-$run.log" >"$RUN/load-$run.json" \
+    || { cat "$RUN/load-$run.log" >&2; fail "chpart load (run $run)"; }
+  "$PY" - "$RUN/load-$run.json" "$run" <<'EOF' || fail "chpart load summary"
+import json, sys
+s = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+i = s["inputs"]
+what = "nothing to do, already committed" if s["already_committed"] else f"{s['built_now']} build(s), commit, gc"
+print(f"  run {sys.argv[2]}: {s['rows']:,} rows in {s['parts']} part(s) from {i['files']} file(s) "
+      f"({i['bytes'] / 1e6:.1f} MB): {what}; {s['seconds']:.1f}s")
+EOF
+done
+after=$(ch "SELECT count() FROM $TABLE")
+printf '  %s rows before, %s after: the hour was added once, the second run changed nothing\n' "$before" "$after"
+[ "$after" = $((before * 2)) ] || fail "chpart load did not add the hour exactly once"
+
 step "Clean up: chpart gc removes what no load will attach; stop the server"
 "$CHPART" gc --config "$RUN/chpart.toml" 2>&1 | sed -e 's/^[0-9TZ:.-]* *INFO //' | indent
 left=$(ch "SELECT count() FROM system.detached_parts WHERE database = 'web'")
@@ -153,6 +181,6 @@ printf '  after gc: %s part(s) in detached/, %s file(s) in staging, %s rows in %
 [ "$left" = 0 ] && [ "$staged" = 0 ] || fail "gc left something behind"
 stop_server
 trap - EXIT
-printf '\n%s[quickstart] done in %ds: %s rows loaded exactly once through a failed task attempt.%s\n' \
+printf '\n%s[quickstart] done in %ds: %s rows loaded exactly once (Spark, through a failed task attempt, and chpart load).%s\n' \
   "$G" $((SECONDS - started)) "$rows" "$N"
 echo "  Next: deploy/spark/README.md (the PySpark API), README.md (commands, exit codes), bash deploy/test.sh"
