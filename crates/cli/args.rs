@@ -8,8 +8,8 @@ use anyhow::Context;
 use chpart_config::Config;
 use chpart_core::retry::RetryPolicy;
 use chpart_core::{LoadId, RemotePath, StagingRoots, TableRef};
+use chpart_protocol::api::begin_load;
 use chpart_protocol::begin::{BeginOutcome, BeginRequest};
-use chpart_protocol::cluster::begin_load;
 use chpart_protocol::ledger::{Mode, Visibility};
 use chpart_protocol::store::Ledger;
 use chpart_protocol::FailureKind;
@@ -502,7 +502,7 @@ fn run_plan(args: PlanArgs) -> Result<ExitCode, Failure> {
     let host_name = config.clickhouse.host_name.clone();
     let reach = crate::build::ConfigReach::new(config);
     let topology = runtime()?
-        .block_on(chpart_protocol::cluster::plan(
+        .block_on(chpart_protocol::api::plan(
             server.as_ref(),
             &reach,
             &table,

@@ -9,7 +9,7 @@ use chpart_config::{Config, HostSettings, Transport};
 use chpart_core::retry::RetryPolicy;
 use chpart_core::{Attempt, AttemptId, LoadId, Manifest, RemotePath, StagingLayout, StagingRoots};
 use chpart_protocol::build::{build, BuildEnv, BuildRequest, Input, LedgerDirectory};
-use chpart_protocol::cluster::Reach;
+use chpart_protocol::reach::Reach;
 use chpart_protocol::store::Ledger;
 use chpart_protocol::FailureKind;
 use chpart_remote::retry::{Connector, Reconnecting};

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use chpart_core::retry::RetryPolicy;
 use chpart_core::{LoadId, StagingLayout};
-use chpart_protocol::cluster::commit_load_retrying;
+use chpart_protocol::api::commit_load_retrying;
 use chpart_protocol::commit::{CommitEnv, CommitOutcome, CommitRequest, MoreConnections};
 use chpart_protocol::store::Ledger;
 
@@ -180,7 +180,7 @@ pub fn run_abort(args: AbortArgs) -> Result<ExitCode, Failure> {
     let env = driver_env(&args.config)?;
     let removed = env
         .rt
-        .block_on(chpart_protocol::cleanup::abort_with(
+        .block_on(chpart_protocol::api::abort_with(
             &env.ledger,
             &env.reach,
             env.fs.as_ref(),
@@ -342,7 +342,7 @@ pub fn gc(
 ) -> Result<chpart_protocol::cleanup::GcReport, Failure> {
     let report = env
         .rt
-        .block_on(chpart_protocol::cleanup::gc(
+        .block_on(chpart_protocol::api::gc(
             &env.ledger,
             &env.reach,
             env.fs.as_ref(),

@@ -25,13 +25,13 @@ use std::time::Instant;
 
 use anyhow::{anyhow, Context};
 use chpart_core::{Attempt, AttemptId, LoadId, TableRef};
+use chpart_protocol::api::begin_load;
 use chpart_protocol::begin::{check_inputs, BeginRequest};
 use chpart_protocol::build::{build, BuildRequest, Input};
-use chpart_protocol::cluster::begin_load;
 use chpart_protocol::commit::CommitRequest;
 use chpart_protocol::events::Step;
+use chpart_protocol::hooks::crash_point;
 use chpart_protocol::ledger::{LoadInputs, LoadState, Mode, STDIN_DIGEST};
-use chpart_protocol::observe::crash_point;
 use chpart_protocol::FailureKind;
 use serde::Serialize;
 
@@ -285,7 +285,7 @@ fn abort_if_permanent(
     if failure.kind != FailureKind::Permanent {
         return failure;
     }
-    let aborted = driver.rt.block_on(chpart_protocol::cleanup::abort_with(
+    let aborted = driver.rt.block_on(chpart_protocol::api::abort_with(
         &driver.ledger,
         &driver.reach,
         driver.fs.as_ref(),

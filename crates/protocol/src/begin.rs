@@ -44,7 +44,7 @@ pub struct BeginRequest {
     /// records it in the spec, which every build, commit and gc then follows.
     pub staging: StagingRoots,
     /// For a shard's sub-load of a cluster load: which load and shard (`None` otherwise).
-    pub shard_of: Option<crate::cluster::ShardOf>,
+    pub shard_of: Option<crate::shards::ShardOf>,
     /// What `chpart load` reads (`None` for `chpart begin` and Spark): recorded in the spec,
     /// and a load open with other inputs is refused.
     pub inputs: Option<LoadInputs>,

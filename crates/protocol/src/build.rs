@@ -41,9 +41,10 @@ use chpart_input::{
 use chpart_remote::{RemoteError, RemoteFs};
 use serde::Serialize;
 
-use crate::cluster::{ClusterManifest, ClusterSpec, Reach, ShardSpec};
 use crate::events::Step;
 use crate::ledger::{LoadSpec, LoadState};
+use crate::reach::Reach;
+use crate::shards::{ClusterManifest, ClusterSpec, ShardSpec};
 use crate::store::{now_unix_ms, LedgerStoreError};
 use crate::FailureKind;
 

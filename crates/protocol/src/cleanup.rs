@@ -14,17 +14,22 @@
 //! gone, fails and removes its own part.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 
 use chpart_core::commit::Visibility;
 use chpart_core::{DetachedEntry, DiskPlace, LoadId, PartName, RemotePath, StagingLayout};
 use chpart_remote::{RemoteError, RemoteFs};
-use chpart_server::{quote_table, ClickHouseServer, ServerError, SharedServer};
+use chpart_server::{quote_table, ClickHouseServer, ServerError};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::Reach;
+use futures_util::future::BoxFuture;
+
 use crate::ledger::{body_of, kind, Decision, Entry, GcCheckpoint, LoadSpec, LoadState, LoadView};
 use crate::observe::{reclaim, ClaimCheck};
+use crate::reach::Reach;
+use crate::staging::{
+    disks_of, read_intent, staged_attempts, staged_attempts_on_disks, Places, ScanError,
+    StagedAttempt, TAKEN_PREFIX,
+};
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError, LOADS_PER_STATEMENT};
 use crate::FailureKind;
 
@@ -114,115 +119,21 @@ impl CleanupError {
     }
 }
 
+impl From<ScanError> for CleanupError {
+    fn from(e: ScanError) -> Self {
+        match e {
+            ScanError::BadSpec { load, source } => CleanupError::BadSpec { load, source },
+            ScanError::Remote { op, source } => CleanupError::Remote { op, source },
+        }
+    }
+}
+
 fn remote(op: impl Into<String>) -> impl FnOnce(RemoteError) -> CleanupError {
     let op = op.into();
     move |e| CleanupError::Remote {
         op,
         source: Box::new(e),
     }
-}
-
-/// What an attempt left in staging: its id and the detached names its intent lists.
-#[derive(Debug, Clone, Serialize)]
-pub struct StagedAttempt {
-    /// The attempt id (the staging directory's name).
-    pub attempt: String,
-    /// Whether it wrote its manifest (it completed).
-    pub has_manifest: bool,
-    /// Part names its publish intent lists.
-    pub parts: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct Intent {
-    detached: Vec<String>,
-}
-
-/// Prefix of an attempt's staging directory that gc has taken away from its writer.
-pub(crate) const TAKEN_PREFIX: &str = ".gc.";
-
-/// Attempts found under `<staging>/<load>/` (including directories an interrupted gc took).
-pub fn staged_attempts(
-    fs: &dyn RemoteFs,
-    staging: &StagingLayout,
-    load: &LoadId,
-) -> Result<Vec<StagedAttempt>, CleanupError> {
-    let dir = staging.load_dir(load);
-    let entries = match fs.list_dir(dir.as_str()) {
-        Ok(entries) => entries,
-        Err(RemoteError::NotFound { .. }) => return Ok(Vec::new()),
-        Err(e) => return Err(remote(format!("list {dir}"))(e)),
-    };
-    let mut out = Vec::new();
-    // By name: an earlier gc's taken-away directories (".gc.<attempt>") come first.
-    let mut entries = entries;
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
-    for entry in entries {
-        let attempt_dir = format!("{}/{}", dir.as_str(), entry.name);
-        out.push(StagedAttempt {
-            has_manifest: fs
-                .stat(&format!("{attempt_dir}/manifest.json"))
-                .map_err(remote("stat manifest"))?
-                .is_some(),
-            parts: read_intent(fs, &format!("{attempt_dir}/publish-intent.json"))?,
-            attempt: entry.name,
-        });
-    }
-    Ok(out)
-}
-
-fn read_intent(fs: &dyn RemoteFs, path: &str) -> Result<Vec<String>, CleanupError> {
-    match fs.read_file(path) {
-        Ok(bytes) => Ok(serde_json::from_slice::<Intent>(&bytes)
-            .map(|i| {
-                i.detached
-                    .iter()
-                    .filter_map(|p| p.rsplit('/').next())
-                    .filter(|n| n.parse::<PartName>().is_ok())
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()),
-        Err(RemoteError::NotFound { .. }) => Ok(Vec::new()),
-        Err(e) => Err(remote(format!("read {path}"))(e)),
-    }
-}
-
-/// The disks a load published to, each with its staging root (the configured `staging` for
-/// loads begun before chpart recorded them).
-pub(crate) fn disks_of(
-    spec: &LoadSpec,
-    staging: &StagingLayout,
-) -> Result<Vec<DiskPlace>, CleanupError> {
-    spec.destination(staging)
-        .map(|d| d.disks)
-        .map_err(|source| CleanupError::BadSpec {
-            load: spec.load.clone(),
-            source,
-        })
-}
-
-/// Attempts found in the load's staging on every disk, one entry per attempt (an attempt that
-/// published on several disks has a directory on each: its manifest is on one, its parts are
-/// counted on all).
-pub(crate) fn staged_attempts_on_disks(
-    fs: &dyn RemoteFs,
-    disks: &[DiskPlace],
-    load: &LoadId,
-) -> Result<Vec<StagedAttempt>, CleanupError> {
-    let mut out: Vec<StagedAttempt> = Vec::new();
-    for disk in disks {
-        for attempt in staged_attempts(fs, &disk.staging(), load)? {
-            match out.iter_mut().find(|a| a.attempt == attempt.attempt) {
-                Some(seen) => {
-                    seen.has_manifest |= attempt.has_manifest;
-                    seen.parts.extend(attempt.parts);
-                }
-                None => out.push(attempt),
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Removes (or lists, with `dry_run`) what a finished load left, on every disk it published
@@ -459,69 +370,7 @@ async fn drop_listed_parts(
     Ok(out)
 }
 
-/// Aborts `load`: records it aborted (fencing every executor), then removes its parts from
-/// detached/, its shadow table and its staging.
-pub async fn abort(
-    ledger: &Ledger,
-    reach: &dyn Reach,
-    fs: &dyn RemoteFs,
-    staging: &StagingLayout,
-    load: &LoadId,
-) -> Result<Vec<Removal>, CleanupError> {
-    abort_with(ledger, reach, fs, staging, load, false).await
-}
-
-/// [`abort`], or with `force` also a load a commit claimed (`abort --force`: for a commit
-/// that can never finish, e.g. a planned part was deleted by hand). A forced abort ends the
-/// load with a `load_abandoned` entry; rows the commit already made visible stay visible, and
-/// a commit still running must be stopped first. A committed load is never aborted.
-pub async fn abort_with(
-    ledger: &Ledger,
-    reach: &dyn Reach,
-    fs: &dyn RemoteFs,
-    staging: &StagingLayout,
-    load: &LoadId,
-    force: bool,
-) -> Result<Vec<Removal>, CleanupError> {
-    let step = crate::events::Step::start(load, "abort");
-    match abort_load(ledger, reach, fs, staging, load, force).await {
-        Ok(removed) => {
-            step.counts(0, 0, removed.len() as u64, 0).ok();
-            Ok(removed)
-        }
-        Err(e) => step.end(Err(e)),
-    }
-}
-
-async fn abort_load(
-    ledger: &Ledger,
-    reach: &dyn Reach,
-    fs: &dyn RemoteFs,
-    staging: &StagingLayout,
-    load: &LoadId,
-    force: bool,
-) -> Result<Vec<Removal>, CleanupError> {
-    let view = ledger.view(load, crate::KNOWN_KINDS).await?;
-    match view.spec.as_ref() {
-        Some(spec) if spec.cluster.is_some() => {
-            let per_shard = crate::cluster::abort_cluster(ledger, reach, spec, force).await?;
-            return Ok(per_shard.into_iter().flat_map(|(_, r)| r).collect());
-        }
-        Some(LoadSpec {
-            shard_of: Some(of), ..
-        }) => {
-            return Err(CleanupError::ShardOfCluster {
-                load: load.clone(),
-                shard_num: of.shard_num,
-                parent: of.parent.clone(),
-            })
-        }
-        _ => {}
-    }
-    abort_on(ledger, ledger.server(), fs, staging, load, force).await
-}
-
-/// [`abort_with`] of a load whose tables are on `server` (the ledger's, or a shard's).
+/// [`crate::api::abort_with`] of a load whose tables are on `server` (the ledger's, or a shard's).
 pub async fn abort_on(
     ledger: &Ledger,
     server: &dyn ClickHouseServer,
@@ -594,81 +443,6 @@ fn commit_made_rows_visible(view: &LoadView) -> Result<bool, CleanupError> {
         }
         None => false,
     })
-}
-
-/// Where a load's tables and files are, for status and gc: the ledger's server and the
-/// configured filesystem, or for a shard's sub-load that shard's server and host (one
-/// connection per host, opened when first needed).
-pub(crate) struct Places<'a> {
-    ledger: &'a Ledger,
-    reach: &'a dyn Reach,
-    fs: &'a dyn RemoteFs,
-    staging: &'a StagingLayout,
-    hosts: Mutex<BTreeMap<String, Arc<dyn RemoteFs>>>,
-}
-
-/// A filesystem [`Places`] hands out.
-pub(crate) enum FsOf<'a> {
-    Configured(&'a dyn RemoteFs),
-    Host(Arc<dyn RemoteFs>),
-}
-
-impl FsOf<'_> {
-    pub(crate) fn get(&self) -> &dyn RemoteFs {
-        match self {
-            FsOf::Configured(fs) => *fs,
-            FsOf::Host(fs) => fs.as_ref(),
-        }
-    }
-}
-
-impl<'a> Places<'a> {
-    pub(crate) fn new(
-        ledger: &'a Ledger,
-        reach: &'a dyn Reach,
-        fs: &'a dyn RemoteFs,
-        staging: &'a StagingLayout,
-    ) -> Places<'a> {
-        Places {
-            ledger,
-            reach,
-            fs,
-            staging,
-            hosts: Mutex::new(BTreeMap::new()),
-        }
-    }
-
-    /// The server, filesystem and configured staging root of `spec`'s tables.
-    pub(crate) fn of(
-        &self,
-        spec: &LoadSpec,
-    ) -> Result<(SharedServer, FsOf<'a>, StagingLayout), CleanupError> {
-        let Some(of) = &spec.shard_of else {
-            return Ok((
-                self.ledger.shared_server(),
-                FsOf::Configured(self.fs),
-                self.staging.clone(),
-            ));
-        };
-        let host = &spec.host;
-        let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
-        let fs = match hosts.get(host) {
-            Some(fs) => fs.clone(),
-            None => {
-                let fs = tokio::task::block_in_place(|| self.reach.connect(host, 1))
-                    .map_err(remote(format!(
-                        "connect to shard {} ({host}) of load {}",
-                        of.shard_num, of.parent
-                    )))?
-                    .remove(0);
-                hosts.insert(host.clone(), fs.clone());
-                fs
-            }
-        };
-        let staging = StagingLayout::new(self.reach.staging(host).single.as_str())
-            .expect("a RemotePath is a valid staging root");
-        Ok((self.reach.server(&of.url), FsOf::Host(fs), staging))
-    }
 }
 
 /// One load as `status` shows it (and as gc records a load it finished: its `gc_done` entry's
@@ -884,7 +658,7 @@ async fn load_status(
             });
         }
     }
-    let cluster_plan: Option<crate::cluster::ClusterPlan> = view
+    let cluster_plan: Option<crate::shards::ClusterPlan> = view
         .body_of_kind(kind::CLUSTER_PLANNED)
         .map_err(LedgerStoreError::from)?;
     let sum = |f: fn(&ShardStatus) -> Option<u64>| -> Option<u64> {
@@ -961,8 +735,15 @@ pub struct GcReport {
     pub loads_done: usize,
 }
 
-/// Removes what finished loads left; reports (and with `abort_stale` aborts) open loads begun
-/// more than `older_than_ms` ago. Never touches anything of an open load.
+/// How gc aborts a stale open load: the entry point's abort ([`crate::api::abort`]), which
+/// reaches every shard of a cluster load.
+pub trait AbortLoad: Sync {
+    /// Aborts `load` as `chpart abort` does (without force).
+    fn abort<'a>(&'a self, load: &'a LoadId) -> BoxFuture<'a, Result<Vec<Removal>, CleanupError>>;
+}
+
+/// Removes what finished loads left; reports (and with `abort_stale`, through it, aborts) open
+/// loads begun more than `older_than_ms` ago. Never touches anything of an open load.
 ///
 /// It reads only the loads the ledger says may still hold something ([`Ledger::unsettled_loads`]:
 /// those its last checkpoint left pending and those with entries written since) and records,
@@ -979,7 +760,7 @@ pub async fn gc(
     fs: &dyn RemoteFs,
     staging: &StagingLayout,
     older_than_ms: Option<u64>,
-    abort_stale: bool,
+    abort_stale: Option<&dyn AbortLoad>,
     dry_run: bool,
 ) -> Result<GcReport, CleanupError> {
     let looked = std::time::Instant::now();
@@ -1030,9 +811,9 @@ pub async fn gc(
 }
 
 /// One gc run: its options and what it found so far.
-struct GcRun {
+struct GcRun<'a> {
     older_than_ms: Option<u64>,
-    abort_stale: bool,
+    abort_stale: Option<&'a dyn AbortLoad>,
     dry_run: bool,
     /// The staging roots of the loads read, for [`sweep`].
     roots: StagingRoots,
@@ -1043,7 +824,7 @@ struct GcRun {
     report: GcReport,
 }
 
-impl GcRun {
+impl GcRun<'_> {
     /// Removes (or lists) what the finished loads of `views` left; each one left with nothing
     /// goes to `done`, open loads and those that kept something to `pending`.
     async fn visit(
@@ -1051,7 +832,6 @@ impl GcRun {
         places: &Places<'_>,
         views: &BTreeMap<String, LoadView>,
     ) -> Result<(), CleanupError> {
-        let (ledger, reach, fs, staging) = (places.ledger, places.reach, places.fs, places.staging);
         let now = now_unix_ms();
         for (load_id, view) in views {
             let Ok(load) = load_id.parse::<LoadId>() else {
@@ -1097,8 +877,11 @@ impl GcRun {
                         continue;
                     }
                     self.report.stale_open.push(load_id.clone());
-                    if self.abort_stale && !self.dry_run && !commit_made_rows_visible(view)? {
-                        match abort(ledger, reach, fs, staging, &spec.load).await {
+                    let Some(aborter) = self.abort_stale else {
+                        continue;
+                    };
+                    if !self.dry_run && !commit_made_rows_visible(view)? {
+                        match aborter.abort(&spec.load).await {
                             Ok(removed) => {
                                 self.report.aborted.push(load_id.clone());
                                 self.report.removed.push((load_id.clone(), removed));
@@ -1185,10 +968,13 @@ async fn sweep(
         let listed = match spec {
             None => tokio::task::block_in_place(|| places.fs.list_dir(root))
                 .map_err(remote(format!("list {root}"))),
-            Some(spec) => places.of(spec).and_then(|(_, fs, _)| {
-                tokio::task::block_in_place(|| fs.get().list_dir(root))
-                    .map_err(remote(format!("list {root}")))
-            }),
+            Some(spec) => places
+                .of(spec)
+                .map_err(CleanupError::from)
+                .and_then(|(_, fs, _)| {
+                    tokio::task::block_in_place(|| fs.get().list_dir(root))
+                        .map_err(remote(format!("list {root}")))
+                }),
         };
         let entries = match listed {
             Ok(entries) => entries,

@@ -73,10 +73,10 @@ pub struct LoadSpec {
     /// For a load into a `Distributed` table: its cluster, routing and one sub-load per shard
     /// (see `crate::cluster`). `None` for a load into one table on one server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<crate::cluster::ClusterSpec>,
+    pub cluster: Option<crate::shards::ClusterSpec>,
     /// For a shard's sub-load of a cluster load: the load and shard it belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shard_of: Option<crate::cluster::ShardOf>,
+    pub shard_of: Option<crate::shards::ShardOf>,
     /// For a load begun by `chpart load`: what it reads, so that a re-run with other inputs is
     /// refused. `None` for loads begun otherwise (`chpart begin`, Spark).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,7 +173,7 @@ pub mod kind {
     /// `commit` recorded its plan; body: `chpart_core::commit::CommitPlan`.
     pub const COMMIT_PLANNED: &str = "commit_planned";
     /// The commit of a cluster load recorded its plan (the winners' manifests of every shard);
-    /// body: `crate::cluster::ClusterPlan`.
+    /// body: `crate::shards::ClusterPlan`.
     pub const CLUSTER_PLANNED: &str = "cluster_planned";
     /// `commit` is about to ATTACH a part.
     pub const ATTACH_INTENT: &str = "attach_intent";

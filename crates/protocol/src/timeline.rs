@@ -13,9 +13,10 @@ use chpart_core::{LoadId, Manifest, Phases, StagingLayout};
 use chpart_remote::{RemoteError, RemoteFs};
 use serde::Serialize;
 
-use crate::cleanup::{disks_of, staged_attempts_on_disks, CleanupError, Places, TAKEN_PREFIX};
-use crate::cluster::Reach;
+use crate::cleanup::CleanupError;
 use crate::ledger::{kind, LoadSpec, LoadView};
+use crate::reach::Reach;
+use crate::staging::{disks_of, staged_attempts_on_disks, Places, TAKEN_PREFIX};
 use crate::store::Ledger;
 
 /// What became of an attempt.

@@ -12,9 +12,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use chpart_core::{LoadId, StagingLayout, StagingRoots, TableRef};
+use chpart_protocol::api::{abort, gc};
 use chpart_protocol::begin::{begin, shadow_table, BeginError, BeginOutcome, BeginRequest};
 use chpart_protocol::build::{LedgerDirectory, LoadDirectory};
-use chpart_protocol::cleanup::{abort, gc, status, GcReport, Removal};
+use chpart_protocol::cleanup::{status, GcReport, Removal};
 use chpart_protocol::commit::CommitSummary;
 use chpart_protocol::ledger::{kind, LoadSpec, LoadState, Mode, Visibility, TOMBSTONE_KINDS};
 use chpart_protocol::retention::prune;
