@@ -336,13 +336,6 @@ pub struct TableRef {
     pub table: TableName,
 }
 
-impl TableRef {
-    /// The reference for SQL. Identifiers are `[A-Za-z0-9_]`, so no escaping is needed.
-    pub fn quoted(&self) -> String {
-        format!("`{}`.`{}`", self.database, self.table)
-    }
-}
-
 impl FromStr for TableRef {
     type Err = IdError;
     fn from_str(s: &str) -> Result<Self, IdError> {
@@ -488,7 +481,7 @@ mod tests {
             ),
         ]);
         let t: TableRef = "db.events".parse().unwrap();
-        assert_eq!(t.quoted(), "`db`.`events`");
+        assert_eq!(t.to_string(), "db.events");
     }
 
     #[test]

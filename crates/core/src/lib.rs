@@ -33,6 +33,7 @@ pub mod manifest;
 pub mod names;
 pub mod retry;
 pub mod routing;
+pub mod sql;
 pub mod staging;
 #[cfg(test)]
 mod testutil;

@@ -267,9 +267,10 @@ impl BuildError {
 /// clickhouse-local failures that another try may not hit: out of disk space or memory.
 fn run_failure_is_transient(stderr: &str) -> bool {
     chpart_server::parse_exception(stderr).is_some_and(|(code, _, _)| {
+        use chpart_server::code::{MEMORY_LIMIT_EXCEEDED, NOT_ENOUGH_SPACE, SYSTEM_ERROR};
         matches!(
             code,
-            241 /* MEMORY_LIMIT_EXCEEDED */ | 243 /* NOT_ENOUGH_SPACE */ | 425 /* SYSTEM_ERROR */
+            MEMORY_LIMIT_EXCEEDED | NOT_ENOUGH_SPACE | SYSTEM_ERROR
         )
     })
 }

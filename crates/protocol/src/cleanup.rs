@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chpart_core::commit::Visibility;
 use chpart_core::{DetachedEntry, DiskPlace, LoadId, PartName, RemotePath, StagingLayout};
 use chpart_remote::{RemoteError, RemoteFs};
-use chpart_server::{quote_table, ClickHouseServer, ServerError};
+use chpart_server::{code, quote_table, ClickHouseServer, ServerError};
 use serde::{Deserialize, Serialize};
 
 use futures_util::future::BoxFuture;
@@ -357,7 +357,7 @@ async fn drop_listed_parts(
         if !dry_run {
             match server.drop_detached_part(db, name, &part).await {
                 Ok(()) => {}
-                Err(e) if e.code() == Some(233) => {} // gone meanwhile
+                Err(e) if e.code() == Some(code::BAD_DATA_PART_NAME) => {} // gone meanwhile
                 Err(e) => return Err(e.into()),
             }
         }

@@ -12,7 +12,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use chpart_core::LoadId;
-use chpart_server::{quote_ident, quote_str, ClickHouseServer, ServerError, SharedServer};
+use chpart_server::{code, quote_ident, quote_str, ClickHouseServer, ServerError, SharedServer};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -349,7 +349,10 @@ impl Ledger {
         let entries = match self.entries(load).await {
             Ok(entries) => entries,
             Err(LedgerStoreError::Server { source, .. })
-                if matches!(source.code(), Some(60) | Some(81)) =>
+                if matches!(
+                    source.code(),
+                    Some(code::UNKNOWN_TABLE | code::UNKNOWN_DATABASE)
+                ) =>
             {
                 Vec::new()
             }
@@ -384,7 +387,9 @@ impl Ledger {
     ) -> Result<Vec<Entry>, LedgerStoreError> {
         match self.server.ledger_entries(sql, params).await {
             Ok(rows) => Ok(rows),
-            Err(e) if matches!(e.code(), Some(60) | Some(81)) => Ok(Vec::new()),
+            Err(e) if matches!(e.code(), Some(code::UNKNOWN_TABLE | code::UNKNOWN_DATABASE)) => {
+                Ok(Vec::new())
+            }
             Err(e) => Err(self.err(e)),
         }
     }

@@ -115,25 +115,70 @@ impl ServerError {
     }
 }
 
+/// The ClickHouse error codes chpart decides on, by their names in ClickHouse's
+/// `ErrorCodes.cpp` (the name the server prints in parentheses after the message).
+pub mod code {
+    /// A table does not exist.
+    pub const UNKNOWN_TABLE: u32 = 60;
+    /// A database does not exist.
+    pub const UNKNOWN_DATABASE: u32 = 81;
+    /// A statement ran past its timeout.
+    pub const TIMEOUT_EXCEEDED: u32 = 159;
+    /// The server runs too many queries.
+    pub const TOO_MANY_SIMULTANEOUS_QUERIES: u32 = 202;
+    /// No free connection in a pool.
+    pub const NO_FREE_CONNECTION: u32 = 203;
+    /// A socket timed out.
+    pub const SOCKET_TIMEOUT: u32 = 209;
+    /// A network error.
+    pub const NETWORK_ERROR: u32 = 210;
+    /// A part name does not parse, or a detached part is not found (`ATTACH PART`, `DROP
+    /// DETACHED PART` of a part that is gone).
+    pub const BAD_DATA_PART_NAME: u32 = 233;
+    /// The query was aborted.
+    pub const ABORTED: u32 = 236;
+    /// Out of memory.
+    pub const MEMORY_LIMIT_EXCEEDED: u32 = 241;
+    /// The table is read-only (a replica without its coordinator).
+    pub const TABLE_IS_READ_ONLY: u32 = 242;
+    /// Out of disk space.
+    pub const NOT_ENOUGH_SPACE: u32 = 243;
+    /// The partition has too many parts: inserts are throttled.
+    pub const TOO_MANY_PARTS: u32 = 252;
+    /// Too few live replicas.
+    pub const TOO_FEW_LIVE_REPLICAS: u32 = 285;
+    /// An insert's outcome is not known.
+    pub const UNKNOWN_STATUS_OF_INSERT: u32 = 319;
+    /// An operating system error.
+    pub const SYSTEM_ERROR: u32 = 425;
+    /// A lock wait was given up to avoid a deadlock.
+    pub const DEADLOCK_AVOIDED: u32 = 473;
+    /// The coordinator (Keeper) failed.
+    pub const KEEPER_EXCEPTION: u32 = 999;
+    /// A network library error.
+    pub const POCO_EXCEPTION: u32 = 1000;
+}
+
 /// Server codes that mean "try again later", not "this statement is wrong".
-pub fn is_transient_code(code: u32) -> bool {
+pub fn is_transient_code(c: u32) -> bool {
+    use code::*;
     matches!(
-        code,
-        159 // TIMEOUT_EXCEEDED
-        | 202 // TOO_MANY_SIMULTANEOUS_QUERIES
-        | 203 // NO_FREE_CONNECTION
-        | 209 // SOCKET_TIMEOUT
-        | 210 // NETWORK_ERROR
-        | 236 // ABORTED
-        | 241 // MEMORY_LIMIT_EXCEEDED
-        | 242 // TABLE_IS_READ_ONLY
-        | 252 // TOO_MANY_PARTS
-        | 285 // TOO_FEW_LIVE_REPLICAS
-        | 319 // UNKNOWN_STATUS_OF_INSERT
-        | 425 // SYSTEM_ERROR
-        | 473 // DEADLOCK_AVOIDED
-        | 999 // KEEPER_EXCEPTION
-        | 1000 // POCO_EXCEPTION
+        c,
+        TIMEOUT_EXCEEDED
+            | TOO_MANY_SIMULTANEOUS_QUERIES
+            | NO_FREE_CONNECTION
+            | SOCKET_TIMEOUT
+            | NETWORK_ERROR
+            | ABORTED
+            | MEMORY_LIMIT_EXCEEDED
+            | TABLE_IS_READ_ONLY
+            | TOO_MANY_PARTS
+            | TOO_FEW_LIVE_REPLICAS
+            | UNKNOWN_STATUS_OF_INSERT
+            | SYSTEM_ERROR
+            | DEADLOCK_AVOIDED
+            | KEEPER_EXCEPTION
+            | POCO_EXCEPTION
     )
 }
 

@@ -26,7 +26,8 @@ use async_trait::async_trait;
 use clickhouse::Row;
 use serde::Deserialize;
 
-pub use error::{is_transient_code, parse_exception, ErrorClass, ServerError};
+pub use chpart_core::sql::{quote_ident, quote_str, quote_table};
+pub use error::{code, is_transient_code, parse_exception, ErrorClass, ServerError};
 
 /// A password that never shows up in `Debug` output, logs or errors.
 #[derive(Clone, Default)]
@@ -285,21 +286,6 @@ impl fmt::Debug for Server {
     }
 }
 
-/// `db.table` quoted for SQL: backticks, with backticks and backslashes escaped.
-pub fn quote_table(database: &str, table: &str) -> String {
-    format!("{}.{}", quote_ident(database), quote_ident(table))
-}
-
-/// An identifier quoted for SQL.
-pub fn quote_ident(ident: &str) -> String {
-    format!("`{}`", ident.replace('\\', "\\\\").replace('`', "\\`"))
-}
-
-/// A string literal for SQL, single-quoted and escaped.
-pub fn quote_str(value: &str) -> String {
-    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
 impl Server {
     /// A client for `config`. Connects lazily; nothing is sent yet. Host names are resolved
     /// by the system resolver, once each ([`resolve`]).
@@ -391,19 +377,6 @@ impl Server {
     /// Runs a statement that returns no rows (DDL, ALTER). Sent verbatim: `?` is not special.
     pub async fn execute(&self, sql: &str) -> Result<(), ServerError> {
         self.run(sql, self.client.query_raw(sql).execute()).await
-    }
-
-    /// Runs a statement with `{name: Type}` server-side parameters that returns no rows.
-    pub async fn execute_with(
-        &self,
-        sql: &str,
-        params: &[(&str, &str)],
-    ) -> Result<(), ServerError> {
-        let mut query = self.client.query_raw(sql);
-        for (name, value) in params {
-            query = query.param(name, *value);
-        }
-        self.run(sql, query.execute()).await
     }
 
     /// Runs a query with `{name: Type}` server-side parameters and returns all rows.

@@ -504,12 +504,6 @@ impl StorageXml {
     }
 }
 
-/// `<storage_configuration>` with two local disks `d1`, `d2` in one volume of policy
-/// [`JBOD_POLICY`] (parts are spread round-robin; each disk has its own `detached/`).
-pub fn jbod_storage_xml(d1: &Path, d2: &Path) -> String {
-    StorageXml::default().jbod(d1, d2).to_xml()
-}
-
 /// A minimal HTTP/1.1 exchange (Connection: close): status code and body.
 pub(crate) fn http(
     host: Ipv4Addr,
