@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 mod error;
+#[cfg(feature = "test-support")]
 pub mod faults;
 pub mod resolve;
 pub mod retry;
@@ -395,7 +396,7 @@ impl Server {
 
 /// What chpart asks of one ClickHouse server: every read and every change the protocol makes.
 /// The protocol (begin, build's fences, commit, abort, gc, status) holds servers only as
-/// [`SharedServer`], so a test can wrap a real server in [`faults::Faulty`] and drive the
+/// [`SharedServer`], so a test can wrap a real server in `faults::Faulty` (feature `test-support`) and drive the
 /// protocol in-process with a fault at an exact statement.
 ///
 /// Guarantees of every implementation (the conformance suite in `tests/server.rs` checks them):
