@@ -16,6 +16,19 @@ pub const PERMANENT: u8 = 4;
 /// The load is no longer open (committed or aborted): this attempt was fenced off.
 pub const FENCED: u8 = 5;
 
+/// What each failure's exit code means: the one home of these texts. The PySpark package
+/// (`chpart_spark/_cli.py`, `EXIT_MEANINGS`) and the JVM connector (`ChpartException.java`,
+/// `EXIT_MEANINGS`) keep copies, which a test here holds equal to this table.
+pub const MEANINGS: &[(u8, &str)] = &[
+    (USAGE, "usage or configuration error"),
+    (RETRYABLE, "retryable failure"),
+    (PERMANENT, "permanent failure"),
+    (
+        FENCED,
+        "the load is no longer open: this attempt was fenced",
+    ),
+];
+
 /// The text for `--help`.
 pub const HELP: &str =
     "Exit codes: 0 done; 2 usage or config error; 3 retryable failure (network, server busy); \
@@ -132,6 +145,43 @@ mod tests {
         ];
         for (case, error, want) in rows {
             assert_eq!(render(&error), want, "{case}");
+        }
+    }
+
+    /// `(code, meaning)` pairs of a copy: each line holding a code among 2..=5 and a quoted
+    /// text, as Python (`2: "text",`) and Java (`2, "text",`) write them.
+    fn copied(source: &str) -> Vec<(u8, String)> {
+        source
+            .lines()
+            .filter_map(|line| {
+                let line = line.trim();
+                let code: u8 = line.get(..1)?.parse().ok()?;
+                let rest = line[1..].trim_start_matches([':', ',', ' ']);
+                let text = rest.strip_prefix('"')?.split('"').next()?;
+                (2..=5).contains(&code).then(|| (code, text.to_owned()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_python_and_java_copies_of_the_exit_codes_are_these() {
+        let want: Vec<(u8, String)> = super::MEANINGS
+            .iter()
+            .map(|(c, t)| (*c, (*t).to_owned()))
+            .collect();
+        let python = include_str!("../../deploy/spark/chpart_spark/_cli.py");
+        let java = include_str!(
+            "../../deploy/spark/connector/src/main/java/chpart/spark/ChpartException.java"
+        );
+        assert_eq!(copied(python), want, "chpart_spark/_cli.py EXIT_MEANINGS");
+        assert_eq!(copied(java), want, "ChpartException.java EXIT_MEANINGS");
+        // The README's table lists the same codes.
+        let readme = include_str!("../../README.md");
+        for (code, _) in super::MEANINGS {
+            assert!(
+                readme.contains(&format!("\n| {code} | ")),
+                "README's exit code table lacks {code}"
+            );
         }
     }
 }
