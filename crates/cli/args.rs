@@ -22,7 +22,7 @@ use crate::exit::{self, Failure};
 /// Exactly-once loads into ClickHouse: build native MergeTree parts in the batch job, publish
 /// them into detached/ under attempt-scoped names, attach only the winners' parts.
 #[derive(Debug, Parser)]
-#[command(name = "chpart", version, after_help = exit::HELP)]
+#[command(name = "chpart", version, after_help = exit::help())]
 pub struct Cli {
     /// More log output on stderr (-v debug, -vv trace); CHPART_LOG takes a filter instead.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -78,7 +78,7 @@ pub enum Command {
     /// shard, then open one sub-load per shard (`<load>.shard<N>`) and the cluster load.
     /// Re-running it for an open load with the same arguments is a no-op; for a finished load
     /// it exits with status 5.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::help())]
     Begin(BeginArgs),
     /// Build one task attempt's rows into parts and publish them (on each executor). Reads
     /// Parquet files or an Arrow IPC stream on stdin, builds parts with clickhouse-local, uploads
@@ -87,41 +87,41 @@ pub enum Command {
     /// Distributed table the rows are routed to the shards as ClickHouse routes them, each
     /// shard's parts are published on its host, and the line is the cluster manifest (every
     /// shard's). Progress and logs go to stderr.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::help())]
     Build(BuildArgs),
     /// Attach exactly the winning attempts' parts (once, on the driver, after the job). The
     /// winners are the manifests the tasks printed and Spark's collect() returned, one per
     /// partition. Resumable: re-run it after any failure or crash; a committed load is a no-op.
     /// Exits 0 only when the load is committed.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::help())]
     Commit(CommitArgs),
     /// Abort a load: record it aborted (every later build of it is fenced), then remove its
     /// parts from detached/, its shadow table and its staging. Refused for a committed load, or
     /// while a commit may already have made rows visible (re-run commit instead, or --force if
     /// it can never finish).
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::help())]
     Abort(AbortArgs),
     /// Show each load: state, mode, partitions, parts and rows, attempts seen and which won,
     /// what gc still has to remove, durations.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::help())]
     Status(StatusArgs),
     /// Remove what no load will ever attach: losing and late attempts' parts and staging of
     /// committed or aborted loads, and their shadow tables. Never touches an open load.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::help())]
     Gc(GcArgs),
     /// Show what a load of a table would use, writing nothing: for a Distributed table every
     /// shard (weight, host, HTTP endpoint, version), the sharding key, its type and the routing
     /// expression; for every host the disks parts would go to with their data paths and
     /// staging roots, and whether its server and filesystem answer. Exits 0 when a load could
     /// begin now, 3 when a host does not answer, 4 when the table cannot be loaded as it is.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::help())]
     Plan(PlanArgs),
     /// Load Parquet files (or an Arrow stream on stdin) in one command, for any batch job:
     /// begin, build the inputs in parallel (attempt ids made here), commit, gc what the load
     /// left. Re-running the same command finishes a load interrupted at any point (killed
     /// during a build or the commit) and is a no-op for a committed load; a load id reused
     /// with other inputs is refused (exit 4). Into a Distributed table it loads every shard.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::help())]
     Load(LoadArgs),
     /// Maintain the ledger: `prune` deletes the entries of loads finished long ago, keeping a
     /// tombstone of each.

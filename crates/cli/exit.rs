@@ -30,9 +30,16 @@ pub const MEANINGS: &[(u8, &str)] = &[
 ];
 
 /// The text for `--help`.
-pub const HELP: &str =
-    "Exit codes: 0 done; 2 usage or config error; 3 retryable failure (network, server busy); \
-4 permanent failure (bad input, schema mismatch, refused request); 5 load no longer open (fenced).";
+pub fn help() -> String {
+    let codes: Vec<String> = MEANINGS
+        .iter()
+        .map(|(code, meaning)| format!("{code} {meaning}"))
+        .collect();
+    format!(
+        "Exit codes: 0 done; {}. Retrying can help only after 3.",
+        codes.join("; ")
+    )
+}
 
 /// An error with what it means for the caller.
 pub struct Failure {

@@ -21,7 +21,7 @@ pub enum LedgerCommand {
     /// abort entry and gc's summary): a pruned load still fences late builds, refuses `begin`
     /// (exit 5), answers a re-run of its commit and shows in `status`. Open loads and loads gc
     /// has not finished are never pruned. Run `chpart gc` first; safe to run again.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::help())]
     Prune(PruneArgs),
 }
 
