@@ -2,10 +2,22 @@
 # Runs every check and every test tier on this machine, installing what they need first.
 # This is what CI runs (.ci/run). Real components (ClickHouse 26.9 engine, sshd, Spark) are started by
 # the tests themselves, each with its own ports and directories.
+#
+#   bash deploy/test.sh          every check and every tier (CI)
+#   bash deploy/test.sh --fast   formatting, then the unit and in-process tiers only: every crate's
+#                                own tests (pure logic, clickhouse-local, the real engine and sshd
+#                                driven in-process) and the CLI's unit tests; not the chpart binary's
+#                                end-to-end tests (tests/), not Spark, no clippy or docs
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 step() { printf '\n==> %s\n' "$*"; }
+fast=false
+case "${1:-}" in
+  "") ;;
+  --fast) fast=true ;;
+  *) echo "usage: bash deploy/test.sh [--fast]" >&2; exit 2 ;;
+esac
 # A clean clone gains nothing from incremental compilation, and its caches cost gigabytes of disk.
 if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
 
@@ -14,6 +26,15 @@ bash deploy/install.sh
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
+
+if [ "$fast" = true ]; then
+  step "unit and in-process tiers (cargo test --workspace --exclude chpart; the CLI's unit tests)"
+  started=$SECONDS
+  cargo test --workspace --locked --exclude chpart
+  cargo test --locked -p chpart --bins
+  step "fast tiers passed in $((SECONDS - started))s (the full run: bash deploy/test.sh)"
+  exit 0
+fi
 
 step "cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
