@@ -109,7 +109,16 @@ mod layers {
         ("observe", include_str!("observe.rs")),
         ("staging", include_str!("staging.rs")),
         ("begin", include_str!("begin.rs")),
-        ("build", include_str!("build.rs")),
+        (
+            "build",
+            concat!(
+                include_str!("build/mod.rs"),
+                include_str!("build/error.rs"),
+                include_str!("build/local.rs"),
+                include_str!("build/cluster.rs"),
+                include_str!("build/publish.rs"),
+            ),
+        ),
         (
             "commit",
             concat!(
