@@ -4,7 +4,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use chpart_build::LocalCommand;
 use chpart_config::{Config, HostSettings, Transport};
 use chpart_core::retry::RetryPolicy;
 use chpart_core::{Attempt, AttemptId, LoadId, Manifest, RemotePath, StagingLayout, StagingRoots};
@@ -164,6 +163,18 @@ fn die_with_parent() -> Result<(), Failure> {
     Ok(())
 }
 
+/// This machine's host name (`gethostname`), or `?` if it has none.
+fn this_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or fails.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "?".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
 pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
     if args.die_with_parent {
         die_with_parent()?;
@@ -199,10 +210,7 @@ pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
         Transport::Sftp(ssh) => ssh.upload_connections,
         Transport::Local => 1,
     };
-    let local = LocalCommand::new(
-        &config.clickhouse_local.command,
-        config.clickhouse_local.timeout,
-    );
+    let local = crate::args::local_command(&config);
     let work_parent = config.clickhouse_local.work_dir.clone();
     let spool_chunk_bytes = config.clickhouse_local.spool_chunk_bytes;
     let reach = ConfigReach::new(config);
@@ -215,9 +223,13 @@ pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
         staging,
         spool_chunk_bytes,
     };
+    // The host is named: on Spark an executor's clickhouse-local (missing, too new) or its
+    // files are what an operator goes to fix.
     let context = format!(
-        "load {load} attempt {} (partition {})",
-        attempt.id, attempt.partition
+        "load {load} attempt {} (partition {}) on host {}",
+        attempt.id,
+        attempt.partition,
+        this_host()
     );
     let request = BuildRequest {
         load,
