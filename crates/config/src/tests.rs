@@ -495,6 +495,23 @@ fn secret_key_names_match_the_documented_pattern() {
 }
 
 #[test]
+fn the_spark_integrations_carry_the_secret_pattern() {
+    // One home per fact: the connector and chpart_spark refuse secret-looking conf keys with
+    // copies of SECRET_KEY_PATTERN; they must be this one.
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/spark/");
+    for (file, quoted) in [
+        (
+            "connector/src/main/java/chpart/spark/ChpartConfig.java",
+            format!("\"{}\"", SECRET_KEY_PATTERN),
+        ),
+        ("chpart_spark/_cli.py", format!("r\"{}\"", SECRET_KEY_PATTERN)),
+    ] {
+        let text = std::fs::read_to_string(format!("{root}{file}")).unwrap();
+        assert!(text.contains(&quoted), "{file} does not hold {quoted}");
+    }
+}
+
+#[test]
 fn a_command_with_arguments_is_split_into_program_and_arguments() {
     let config = load(
         MINIMAL_LOCAL,
