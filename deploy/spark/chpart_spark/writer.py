@@ -583,7 +583,7 @@ def config_keys(spark, options):
         keys[key], origins[key] = str(value), f"option {key}"
     secret = [origins[k] for k in sorted(keys) if _cli.looks_secret(k)]
     if secret:
-        raise ValueError(f"{', '.join(secret)}: looks like a secret and is refused: {_cli.SECRET_ALTERNATIVES}")
+        raise ValueError(f"{', '.join(secret)} looks like a secret and is refused: {_cli.SECRET_ALTERNATIVES}")
     return keys, origins
 
 

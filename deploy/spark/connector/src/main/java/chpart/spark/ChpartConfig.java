@@ -168,17 +168,16 @@ final class ChpartConfig {
       args.addAll(List.of("--config", configFile));
     }
     String sources = (configFile == null ? "" : "config file " + configFile + ", ")
-        + (settings.isEmpty() ? "no spark.chpart.* conf or config options" : "spark.chpart.* conf and options "
-            + new TreeMap<>(settings).keySet());
+        + (settings.isEmpty() ? "no spark.chpart.* conf or config options" : "spark.chpart.* conf and options");
     String document;
     try {
       document = resolver.run("config", args, "the chpart config from " + sources);
     } catch (ChpartException e) {
       StringBuilder given = new StringBuilder();
       for (Map.Entry<String, String> o : new TreeMap<>(origins).entrySet()) {
-        String message = e.getMessage();
-        if (message.contains(o.getKey() + " ") || message.contains(o.getKey() + ",")
-            || message.contains(o.getKey() + ")") || message.contains(" " + o.getKey())) {
+        // The key as a word of chpart's message (clickhouse.url is not named by clickhouse.urll).
+        Pattern named = Pattern.compile("(^|[\\s(])" + Pattern.quote(o.getKey()) + "([\\s,)]|$)", Pattern.MULTILINE);
+        if (named.matcher(e.stderrTail()).find()) {
           given.append("\n").append(o.getKey()).append(" was given as ").append(o.getValue());
         }
       }
