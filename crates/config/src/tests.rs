@@ -504,7 +504,10 @@ fn the_spark_integrations_carry_the_secret_pattern() {
             "connector/src/main/java/chpart/spark/ChpartConfig.java",
             format!("\"{}\"", SECRET_KEY_PATTERN),
         ),
-        ("chpart_spark/_cli.py", format!("r\"{}\"", SECRET_KEY_PATTERN)),
+        (
+            "chpart_spark/_cli.py",
+            format!("r\"{}\"", SECRET_KEY_PATTERN),
+        ),
     ] {
         let text = std::fs::read_to_string(format!("{root}{file}")).unwrap();
         assert!(text.contains(&quoted), "{file} does not hold {quoted}");
