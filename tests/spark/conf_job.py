@@ -10,6 +10,8 @@ clickhouse-local in an archive shipped with `spark.archives` (--archives clickho
 3. loads it again into another table through the JVM connector (`df.write.format("chpart")`
    without option config): the first build that publishes fails after publishing (the probe);
 
+both with the option `clickhouse.user`, which must win over the conf's (a user without access);
+
 and writes what happened as JSON to --out (exit 0 when everything ran, 1 otherwise). Each build
 records where it ran (working directory, what Spark shipped there) so the test can check that the
 executors read the config's relative paths in their own working directories.
@@ -65,7 +67,7 @@ def refused(fn):
 def main():
     p = argparse.ArgumentParser()
     for name in ("--chpart", "--probe", "--probe-env", "--jar", "--conf", "--table-python", "--table-connector",
-                 "--load", "--event-dir", "--work", "--out"):
+                 "--load", "--user", "--event-dir", "--work", "--out"):
         p.add_argument(name, required=True)
     p.add_argument("--rows", type=int, required=True)
     args = p.parse_args()
@@ -102,15 +104,18 @@ def main():
         # 2. Python tasks, a task retry after publishing.
         records = os.path.join(args.work, "builds")
         os.makedirs(records)
+        # The conf's clickhouse.user is a wrong one: the write's option must win over it.
         result["python"] = chpart_spark.write(
             df, args.table_python, f"{args.load}-py", chpart=args.chpart, via="python",
+            options={"clickhouse.user": args.user},
             _after_build=where_built(records, 1, os.path.join(args.work, "fail-after-publish-py.json")))
 
         # 3. The JVM connector, no config option: the probe fails the first build that publishes.
         env = {**probe_env, probe.ENV_FAIL_AFTER_PUBLISH: json.dumps(
             {"partition": 1, "marker": os.path.join(args.work, "fail-after-publish-jvm.json")})}
         writer = (df.write.format("chpart").mode("append").option("table", args.table_connector)
-                  .option("chpart", args.probe).option("load", f"{args.load}-jvm").option("layout", "none"))
+                  .option("chpart", args.probe).option("load", f"{args.load}-jvm").option("layout", "none")
+                  .option("clickhouse.user", args.user))
         for key, value in env.items():
             writer = writer.option(f"env.{key}", value)
         writer.save()

@@ -5,7 +5,8 @@ driver, started in an empty directory, gives chpart its config as Spark conf alo
 `spark.files` (--files) and named relatively (`spark.chpart.clickhouse.password_file = pw.txt`);
 clickhouse-local is a relative command (`ch/clickhouse local`) in an archive shipped with
 `spark.archives` (--archives clickhouse.tgz#ch). Through chpart_spark's Python tasks and through
-the JVM connector (no `config` option), each with a task retry after publishing, the tables hold
+the JVM connector (no `config` option), each with a task retry after publishing and with the
+option `clickhouse.user` winning over the conf's (a user that does not exist), the tables hold
 exactly the source rows; a password given as an option and an unknown `spark.chpart.*` key are
 refused with the reason on both paths; the password is nowhere in Spark's event log.
 """
@@ -93,7 +94,8 @@ def run(server, chpart_bin, connector_jar, tmp_path):
         "spark.files": str(ship / "pw.txt"),
         "spark.archives": f"{archive}#ch",
         "spark.chpart.clickhouse.url": server.url,
-        "spark.chpart.clickhouse.user": USER,
+        # Wrong on purpose: each write gives clickhouse.user as an option, which wins over conf.
+        "spark.chpart.clickhouse.user": "nobody",
         "spark.chpart.clickhouse.password_file": "pw.txt",
         "spark.chpart.transport.kind": "local",
         "spark.chpart.clickhouse_local.command": "ch/clickhouse local",
@@ -104,7 +106,7 @@ def run(server, chpart_bin, connector_jar, tmp_path):
     out = tmp_path / "result.json"
     argv = [sys.executable, os.path.join(HERE, "conf_job.py"), "--chpart", chpart_bin, "--probe", probe_path,
             "--probe-env", json.dumps(probe_env), "--jar", connector_jar, "--conf", json.dumps(conf),
-            "--table-python", tables["python"], "--table-connector", tables["connector"], "--load", load,
+            "--table-python", tables["python"], "--table-connector", tables["connector"], "--load", load, "--user", USER,
             "--event-dir", str(events_dir), "--work", str(work), "--out", str(out), "--rows", str(ROWS)]
     log = tmp_path / "driver.log"
     # No chpart setting from this process's environment: conf is the only source.

@@ -567,13 +567,19 @@ def _commit(*, chpart, config, load_id, extra_env, winners_path, partitions, ver
 
 def config_keys(spark, options):
     """The chpart config keys of a write: the session's ``spark.chpart.*`` conf, then
-    ``options`` (dotted names) over it; and where each was given. A key that looks like a
-    secret is refused with where secrets go."""
+    ``options`` over it (see `merge_config_keys`)."""
     conf = dict(spark.sparkContext.getConf().getAll())
     try:
         conf.update(spark.conf.getAll)  # the session's runtime conf (pyspark >= 4.0: a property)
     except AttributeError:
         pass
+    return merge_config_keys(conf, options)
+
+
+def merge_config_keys(conf, options):
+    """``spark.chpart.<key>`` entries of the Spark conf ``conf``, then the dotted ``options``
+    over them: ({key: value}, {key: where it was given}). A key that looks like a secret is
+    refused (ValueError) with where secrets go."""
     keys, origins = {}, {}
     for name, value in sorted(conf.items()):
         if name.startswith(_cli.CONF_PREFIX):
