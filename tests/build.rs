@@ -591,8 +591,9 @@ fn clickhouse_local_missing_or_failing_and_unreachable_ssh() {
         .unwrap();
     assert_eq!(exit_code(&out), Some(2), "{}", text(&out));
     assert!(
-        text(&out).contains("clickhouse_local.command"),
-        "{}",
+        text(&out).contains("clickhouse_local.command")
+            && text(&out).contains(&format!("on host {}", crate::cli::hostname())),
+        "the key and the executor's host named: {}",
         text(&out)
     );
 
@@ -1034,8 +1035,9 @@ fn a_clickhouse_local_newer_than_the_server_is_refused() {
     assert!(
         message.contains("26.10.1.5")
             && message.contains("26.9.2.1")
-            && message.contains("app-10.1"),
-        "both versions and the attempt named: {message}"
+            && message.contains("app-10.1")
+            && message.contains(&format!("on host {}", crate::cli::hostname())),
+        "both versions, the attempt and the executor's host named: {message}"
     );
     let shadow =
         chpart_protocol::begin::shadow_table(&s.table.parse().unwrap(), &"bn-1".parse().unwrap())

@@ -164,3 +164,123 @@ fn begin_exit_codes() {
         );
     }
 }
+
+#[test]
+fn a_build_with_no_config_file_runs_on_the_document_the_driver_resolved() {
+    // As on a Spark executor: the driver resolves the config once (`chpart config`, a file plus
+    // an override), and every other run gets only that document in CHPART_CONFIG_TOML, in a
+    // working directory of its own where `clickhouse_local.command` is relative, with arguments.
+    let ch = shared();
+    let s = crate::build::Setup::new(ch, "cli_no_file");
+    let driver = chpart()
+        .args(["config", "--toml", "--config"])
+        .arg(&s.config)
+        .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", "ch/clickhouse local")
+        .output()
+        .unwrap();
+    assert_eq!(driver.status.code(), Some(0), "{}", text(&driver));
+    let document = String::from_utf8(driver.stdout).unwrap();
+    assert!(
+        document.contains("command = \"ch/clickhouse local\""),
+        "{document}"
+    );
+    let json = chpart()
+        .args(["config", "--json"])
+        .env("CHPART_CONFIG_TOML", &document)
+        .output()
+        .unwrap();
+    assert_eq!(json.status.code(), Some(0), "{}", text(&json));
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["clickhouse"]["url"], ch.url().as_str());
+    assert_eq!(json["clickhouse"]["user"], "default");
+
+    // The executor's working directory holds `ch/clickhouse`, as `--archives x.tgz#ch` leaves it:
+    // a launcher that takes `local` first, as the `clickhouse` multi-tool does.
+    let executor = s.dir.path().join("executor");
+    std::fs::create_dir_all(executor.join("ch")).unwrap();
+    let launcher = executor.join("ch/clickhouse");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = local ] || {{ echo \"usage: clickhouse local ...\" >&2; exit 2; }}\nshift\nexec {} \"$@\"\n",
+            chpart_testenv::clickhouse_local().display()
+        ),
+    )
+    .unwrap();
+    chpart_testenv::set_mode(&launcher, 0o755);
+    let with_document = |args: &[&str]| {
+        let mut cmd = chpart();
+        cmd.args(args)
+            .env("CHPART_CONFIG_TOML", &document)
+            .current_dir(&executor);
+        cmd
+    };
+
+    let begun = with_document(&["begin", "--table", &s.table, "--load", "nf-1"])
+        .output()
+        .unwrap();
+    assert_eq!(begun.status.code(), Some(0), "{}", text(&begun));
+    let input = crate::build::write_rows(
+        s.dir.path(),
+        "in.parquet",
+        &crate::build::rows_select(0, 300),
+        "Parquet",
+    );
+    let built = with_document(&[
+        "build",
+        "--load",
+        "nf-1",
+        "--attempt",
+        "app-nf.1",
+        "--partition",
+        "0",
+        "--input",
+    ])
+    .arg(&input)
+    .output()
+    .unwrap();
+    assert_eq!(built.status.code(), Some(0), "{}", text(&built));
+    // In another working directory the relative command is not there: the build fails naming it and this host.
+    let elsewhere = chpart()
+        .args([
+            "build",
+            "--load",
+            "nf-1",
+            "--attempt",
+            "app-nf.2",
+            "--partition",
+            "0",
+            "--input",
+        ])
+        .arg(&input)
+        .env("CHPART_CONFIG_TOML", &document)
+        .current_dir(s.dir.path())
+        .output()
+        .unwrap();
+    let message = text(&elsewhere);
+    assert_ne!(elsewhere.status.code(), Some(0), "{message}");
+    assert!(
+        message.contains("ch/clickhouse was not found")
+            && message.contains(&format!("on host {}", hostname())),
+        "{message}"
+    );
+
+    let winners = s.dir.path().join("winners.jsonl");
+    std::fs::write(&winners, &built.stdout).unwrap();
+    let committed = with_document(&["commit", "--load", "nf-1", "--partitions", "1", "--winners"])
+        .arg(&winners)
+        .output()
+        .unwrap();
+    assert_eq!(committed.status.code(), Some(0), "{}", text(&committed));
+    assert_eq!(
+        ch.q(&format!("SELECT count(), sum(id) FROM {}", s.table))
+            .trim(),
+        "300\t44850"
+    );
+}
+
+/// This machine's host name, as `hostname` prints it.
+pub fn hostname() -> String {
+    let out = Command::new("hostname").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}

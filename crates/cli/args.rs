@@ -54,6 +54,7 @@ impl Cli {
             Command::Plan(_) => "plan",
             Command::Ledger(_) => "ledger",
             Command::Load(_) => "load",
+            Command::Config(_) => "config",
         }
     }
 
@@ -66,7 +67,7 @@ impl Cli {
             Command::Abort(a) => Some(&a.load),
             Command::Load(a) => Some(&a.load),
             Command::Status(a) => a.load.as_deref(),
-            Command::Gc(_) | Command::Plan(_) | Command::Ledger(_) => None,
+            Command::Gc(_) | Command::Plan(_) | Command::Ledger(_) | Command::Config(_) => None,
         }
     }
 }
@@ -126,6 +127,14 @@ pub enum Command {
     /// Maintain the ledger: `prune` deletes the entries of loads finished long ago, keeping a
     /// tombstone of each.
     Ledger(crate::ledger::LedgerArgs),
+    /// Resolve the config from its sources (the file, CHPART_CONFIG_TOML, CHPART_<SECTION>_<KEY>
+    /// variables), validate it (reading the password from its file or variable) and print it
+    /// with every default filled in, as TOML or JSON. It never holds a secret: only where the
+    /// password is (password_file, password_env). Relative paths stay relative. The Spark
+    /// integrations run it once on the driver and hand its TOML to the tasks in
+    /// CHPART_CONFIG_TOML.
+    #[command(after_help = exit::help())]
+    Config(ConfigArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -262,9 +271,23 @@ pub struct CommitArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ConfigArg {
-    /// The chpart config file (TOML; see deploy/chpart.example.toml).
+    /// The chpart config file (TOML; see deploy/chpart.example.toml). Optional: the config is
+    /// this file, then the TOML document in CHPART_CONFIG_TOML merged over it, then
+    /// CHPART_<SECTION>_<KEY> variables (later sources win).
     #[arg(long, env = "CHPART_CONFIG", value_name = "FILE")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ConfigArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Print the config as one JSON object (sections of keys) instead of TOML.
+    #[arg(long, conflicts_with = "toml")]
+    pub json: bool,
+    /// Print the config as TOML (the default): what CHPART_CONFIG_TOML takes.
+    #[arg(long)]
+    pub toml: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -419,6 +442,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Plan(args) => run_plan(args),
         Command::Ledger(args) => crate::ledger::run_ledger(args),
         Command::Load(args) => crate::load::run_load(args),
+        Command::Config(args) => run_config(args),
     }
 }
 
@@ -427,7 +451,30 @@ pub fn usage(e: impl Into<anyhow::Error>) -> Failure {
 }
 
 pub fn load_config(arg: &ConfigArg) -> Result<Config, Failure> {
-    Config::load(&arg.config, std::env::vars()).map_err(usage)
+    Config::load(arg.config.as_deref(), std::env::vars()).map_err(usage)
+}
+
+/// The configured clickhouse-local.
+pub fn local_command(config: &Config) -> chpart_build::LocalCommand {
+    let local = &config.clickhouse_local;
+    chpart_build::LocalCommand::new(&local.command, local.timeout).with_args(&local.args)
+}
+
+/// `chpart config`: resolve, validate, print the document (never a secret: the schema has no
+/// key for one).
+fn run_config(args: ConfigArgs) -> Result<ExitCode, Failure> {
+    let resolved = chpart_config::Resolved::load(args.config.config.as_deref(), std::env::vars())
+        .map_err(usage)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&resolved.document).expect("a config serializes")
+        );
+    } else {
+        print!("{}", resolved.to_toml());
+    }
+    tracing::debug!("config from {}", resolved.sources.join(" + "));
+    Ok(exit::ok())
 }
 
 /// The ledger's server (`[clickhouse] url`).
@@ -463,8 +510,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 /// This host's clickhouse-local version, recorded by `begin` for operators. The driver need
 /// not have one (executors build), so failing to run it is only logged.
 pub fn local_version(config: &Config) -> Option<String> {
-    let local = &config.clickhouse_local;
-    match chpart_build::LocalCommand::new(&local.command, local.timeout).identify() {
+    match local_command(config).identify() {
         Ok(id) => Some(id.version),
         Err(e) => {
             tracing::warn!("not recording a clickhouse-local version: {e}");

@@ -4,7 +4,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use chpart_build::LocalCommand;
 use chpart_config::{Config, HostSettings, Transport};
 use chpart_core::retry::RetryPolicy;
 use chpart_core::{Attempt, AttemptId, LoadId, Manifest, RemotePath, StagingLayout, StagingRoots};
@@ -148,7 +147,7 @@ pub struct Executor {
     _rt: tokio::runtime::Runtime,
     loads: LedgerDirectory,
     reach: ConfigReach,
-    local: LocalCommand,
+    local: chpart_build::LocalCommand,
     connections: usize,
     work_parent: std::path::PathBuf,
     staging: StagingLayout,
@@ -172,10 +171,7 @@ impl Executor {
                 Transport::Sftp(ssh) => ssh.upload_connections,
                 Transport::Local => 1,
             },
-            local: LocalCommand::new(
-                &config.clickhouse_local.command,
-                config.clickhouse_local.timeout,
-            ),
+            local: crate::args::local_command(&config),
             work_parent: config.clickhouse_local.work_dir.clone(),
             spool_chunk_bytes: config.clickhouse_local.spool_chunk_bytes,
             staging,
@@ -221,6 +217,18 @@ fn die_with_parent() -> Result<(), Failure> {
     Ok(())
 }
 
+/// This machine's host name (`gethostname`), or `?` if it has none.
+fn this_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or fails.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "?".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
 pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
     if args.die_with_parent {
         die_with_parent()?;
@@ -245,9 +253,13 @@ pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
     };
     let executor = Executor::new(load_config(&args.config)?)?;
     let env = executor.env();
+    // The host is named: on Spark an executor's clickhouse-local (missing, too new) or its
+    // files are what an operator goes to fix.
     let context = format!(
-        "load {load} attempt {} (partition {})",
-        attempt.id, attempt.partition
+        "load {load} attempt {} (partition {}) on host {}",
+        attempt.id,
+        attempt.partition,
+        this_host()
     );
     let request = BuildRequest {
         load,

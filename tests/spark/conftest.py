@@ -127,10 +127,12 @@ class ClickHouse:
         self.url = f"http://127.0.0.1:{self.http_port}"
         self.staging_root = self.data_dir / "chpart-staging"
 
-    def start(self):
+    def start(self, config_extra=None):
+        """`config_extra`: an XML fragment for config.xml (deploy/chdb_server.py --config-extra)."""
+        extra = ["--config-extra", str(config_extra)] if config_extra else []
         out = subprocess.run(
             [str(ROOT / "deploy" / "clickhouse-server"), "start", "--data", str(self.data_dir), "--run-dir",
-             str(self.run_dir), "--http-port", str(self.http_port), "--tcp-port", str(self.tcp_port)],
+             str(self.run_dir), "--http-port", str(self.http_port), "--tcp-port", str(self.tcp_port), *extra],
             capture_output=True, text=True, timeout=120,
         )
         if out.returncode != 0:

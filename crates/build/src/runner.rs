@@ -132,8 +132,12 @@ pub const IDENTITY_QUERY: &str = "SELECT version(), timezone() FORMAT TabSeparat
 /// A clickhouse-local command: the program, how long one run may take, and its time zone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LocalCommand {
-    /// The program, a path or a name looked up in `PATH` (`clickhouse_local.command`).
+    /// The program, a path or a name looked up in `PATH` (`clickhouse_local.command`'s first
+    /// word); a relative path resolves in this process's working directory.
     pub program: PathBuf,
+    /// Arguments every run starts with (`clickhouse_local.command`'s other words, e.g. `local`
+    /// of `clickhouse local`).
+    pub args: Vec<OsString>,
     /// The longest one run may take, from spawn until its output is collected.
     pub timeout: Duration,
     /// The time zone every run gets as `TZ` (`None`: this process's). ClickHouse takes its
@@ -156,9 +160,19 @@ impl LocalCommand {
     pub fn new(program: impl Into<PathBuf>, timeout: Duration) -> LocalCommand {
         LocalCommand {
             program: program.into(),
+            args: Vec::new(),
             timeout,
             timezone: None,
         }
+    }
+
+    /// The same command with `args` before each run's own.
+    pub fn with_args(
+        mut self,
+        args: impl IntoIterator<Item = impl Into<OsString>>,
+    ) -> LocalCommand {
+        self.args = args.into_iter().map(Into::into).collect();
+        self
     }
 
     /// The same command with every run in time zone `tz` (an IANA name such as `Etc/UTC`).
@@ -182,6 +196,7 @@ impl LocalCommand {
 
         let mut command = Command::new(program);
         command
+            .args(&self.args)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

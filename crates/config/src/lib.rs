@@ -1,9 +1,11 @@
-//! chpart's configuration: one TOML file, `CHPART_<SECTION>_<KEY>` environment overrides, and
-//! validation into a typed [`Config`] before any client is built.
+//! chpart's configuration: a TOML file, a TOML document in `CHPART_CONFIG_TOML`,
+//! `CHPART_<SECTION>_<KEY>` environment overrides (in that order of precedence, see
+//! [`Resolved::load`]), and validation into a typed [`Config`] before any client is built.
 //!
-//! Every command (`begin`, `build`, `commit`, ...) reads the same file, so the executors and the
+//! Every command (`begin`, `build`, `commit`, ...) reads the same config, so the executors and the
 //! driver agree on where ClickHouse is, how to reach its filesystem and where the ledger lives.
-//! The file is parsed strictly (unknown keys are errors, so a typo never silently falls back to
+//! On Spark the driver resolves it once (`chpart config`) and hands the document to the tasks
+//! in `CHPART_CONFIG_TOML`, so executors need no file. Every source is parsed strictly (unknown keys are errors, so a typo never silently falls back to
 //! a default); secrets are read from a file or an environment variable named in the config,
 //! never from the command line, and never appear in `Debug` output or errors. The annotated
 //! example is `deploy/chpart.example.toml`; a test keeps it loadable.
@@ -15,14 +17,43 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The environment variable read for the ClickHouse password when the config names no source.
 pub const DEFAULT_PASSWORD_ENV: &str = "CHPART_CLICKHOUSE_PASSWORD";
 
+/// The environment variable naming the config file (as `--config` does).
+pub const CONFIG_FILE_ENV: &str = "CHPART_CONFIG";
+
+/// The environment variable holding a whole config document (TOML), merged over the file. The
+/// Spark integrations resolve the config once on the driver (`chpart config`) and hand the
+/// result to every task in it, so executors need no config file.
+pub const CONFIG_TOML_ENV: &str = "CHPART_CONFIG_TOML";
+
+/// The keys without a default: some source must give each.
+pub const REQUIRED: &[&str] = &[
+    "clickhouse.url",
+    "transport.kind",
+    "clickhouse_local.command",
+    "staging.root",
+];
+
+/// Names of keys that would hold a secret, as a regular expression (Java and Python syntax).
+/// No config key holds one (a password is read from `clickhouse.password_file`, from the
+/// variable `clickhouse.password_env` names, or from `CHPART_CLICKHOUSE_PASSWORD`), and the
+/// Spark integrations refuse conf keys and options that match it: Spark shows both in its UI
+/// and event log. The connector and `chpart_spark` carry copies; a test checks they are this.
+pub const SECRET_KEY_PATTERN: &str =
+    "(?i)secret|password(?!_file|_env)|token|access.?key|private.?key";
+
+/// Where a secret goes instead of a config value, for error messages.
+pub const SECRET_ALTERNATIVES: &str = "a password file (clickhouse.password_file = pw.txt; ship it to Spark executors with --files: a relative path resolves in the working directory of the process that reads it), an environment variable named by clickhouse.password_env (on Spark executors: spark.executorEnv.<NAME>), or CHPART_CLICKHOUSE_PASSWORD; SSH keys and known_hosts are files too (ssh.identity_file, ssh.known_hosts)";
+
 /// Environment variables with the `CHPART_` prefix that are not config overrides.
 const RESERVED_ENV: &[&str] = &[
-    "CHPART_CONFIG",
+    CONFIG_FILE_ENV,
+    CONFIG_TOML_ENV,
+    "CHPART_BIN",
     "CHPART_LOG",
     "CHPART_TEST_CRASH_AT",
     DEFAULT_PASSWORD_ENV,
@@ -39,13 +70,41 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
-    /// The file is not valid TOML or does not match the schema.
-    #[error("config file {path}: {message}")]
+    /// A source is not valid TOML, or the merged config does not match the schema.
+    #[error("{origin}: {message}")]
     Parse {
-        /// The file.
-        path: PathBuf,
+        /// The source, e.g. `config file /etc/chpart.toml`.
+        origin: String,
         /// The parser's message (line, column, key).
         message: String,
+    },
+    /// A source names a section or key that the schema does not have.
+    #[error("{origin}: {key} is not a chpart setting (the valid keys here are: {valid})")]
+    UnknownKey {
+        /// The source.
+        origin: String,
+        /// The key, dotted (`clickhouse.urll`).
+        key: String,
+        /// The keys valid in its place.
+        valid: String,
+    },
+    /// A source names a key that looks like a secret.
+    #[error("{origin}: {key} looks like a secret, and chpart takes no secret as a config value (configs are printed, handed to tasks and shown by Spark); use {SECRET_ALTERNATIVES}")]
+    SecretKey {
+        /// The source.
+        origin: String,
+        /// The key, dotted.
+        key: String,
+    },
+    /// No source gives some required keys.
+    #[error("no config gives {keys} ({sources}): give them in a config file (--config FILE, or the file named by CHPART_CONFIG), in a TOML document in the environment variable CHPART_CONFIG_TOML, or as CHPART_<SECTION>_<KEY> environment variables ({example})")]
+    Missing {
+        /// The missing keys, dotted, comma-separated.
+        keys: String,
+        /// Their environment variables.
+        example: String,
+        /// Which sources were read.
+        sources: String,
     },
     /// A `CHPART_*` variable that names no config key.
     #[error("environment variable {var} is not a chpart setting (overrides are CHPART_<SECTION>_<KEY>, sections: {sections})")]
@@ -109,7 +168,7 @@ impl fmt::Debug for Secret {
 // ---------------------------------------------------------------------------------------------
 
 /// The config file as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// The ClickHouse server the loads go into.
@@ -117,6 +176,7 @@ pub struct RawConfig {
     /// How executors reach the server's filesystem.
     pub transport: RawTransport,
     /// SSH settings; required when `transport.kind = "sftp"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ssh: Option<RawSsh>,
     /// The clickhouse-local used to build parts.
     pub clickhouse_local: RawClickHouseLocal,
@@ -139,7 +199,7 @@ pub struct RawConfig {
 /// safe to repeat (reads, ledger writes, DDL that checks before it acts, SFTP connects, one
 /// part's upload). `ATTACH PART`, `MOVE PARTITION` and publishing renames are never resent:
 /// after an unclear outcome chpart reads back what happened.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRetry {
     /// No retry of a step starts later than this many seconds after its first try; 0 turns
@@ -162,28 +222,34 @@ fn default_retry_deadline_secs() -> u64 {
 
 /// `[[hosts]]`: how to reach one host of a cluster. Every key but `name` is optional; an unset
 /// one falls back to the discovered value or to the `[ssh]` / `[staging]` setting.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHost {
     /// The host as the cluster names it (`system.clusters.host_name`), e.g. `ch-2.dc1`.
     pub name: String,
     /// Its HTTP endpoint. Default: `http://<name>:<its http_port>` (the port as the server
     /// itself reports it, asked through the cluster).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// The SSH host name or address. Default: `name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ssh_host: Option<String>,
     /// The SSH port. Default: `ssh.port`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ssh_port: Option<u16>,
     /// The private key file for this host. Default: `ssh.identity_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub identity_file: Option<PathBuf>,
     /// The known_hosts file for this host. Default: `ssh.known_hosts`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub known_hosts: Option<PathBuf>,
     /// The staging root on this host for tables on one disk. Default: `staging.root`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub staging_root: Option<String>,
 }
 
 /// `[clickhouse]`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawClickHouse {
     /// HTTP endpoint, e.g. `http://127.0.0.1:8123`.
@@ -192,19 +258,22 @@ pub struct RawClickHouse {
     #[serde(default = "default_user")]
     pub user: String,
     /// File whose content (trailing newline trimmed) is the password.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub password_file: Option<PathBuf>,
     /// Environment variable holding the password. Default `CHPART_CLICKHOUSE_PASSWORD`; when it
     /// is unset and no file is named, the user has no password.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub password_env: Option<String>,
     /// Upper bound on one statement, in seconds. Default 300.
     #[serde(default = "default_request_timeout_secs")]
     pub request_timeout_secs: u64,
     /// The host name recorded in manifests and the ledger. Default: the URL's host.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub host_name: Option<String>,
 }
 
 /// `[transport]`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTransport {
     /// `sftp` (the server is another host) or `local` (the server's data directory is on this
@@ -213,7 +282,7 @@ pub struct RawTransport {
 }
 
 /// How parts reach the server's filesystem.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TransportKind {
     /// SFTP over SSH (ssh2), host key always verified.
@@ -223,7 +292,7 @@ pub enum TransportKind {
 }
 
 /// `[ssh]`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSsh {
     /// Host name or address of the ClickHouse server's SSH daemon.
@@ -234,6 +303,7 @@ pub struct RawSsh {
     /// Login user; must be the user the ClickHouse server runs as (it must own published parts).
     pub user: String,
     /// Private key file. Either this or `use_agent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub identity_file: Option<PathBuf>,
     /// Authenticate with the SSH agent (`SSH_AUTH_SOCK`). Default false.
     #[serde(default)]
@@ -256,13 +326,17 @@ pub struct RawSsh {
 }
 
 /// `[clickhouse_local]`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawClickHouseLocal {
-    /// The clickhouse-local command: a path or a name on PATH. It must be no newer than the server.
+    /// The clickhouse-local command: a path or a name on PATH, then any arguments, separated by
+    /// spaces (a path with a space in it needs a symlink). A relative path resolves in the
+    /// working directory of the build, e.g. `ch/clickhouse local` after Spark's
+    /// `--archives clickhouse.tgz#ch`. It must be no newer than the server.
     pub command: String,
     /// Local directory under which each attempt gets its own work directory. Default: the
     /// system temp directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub work_dir: Option<PathBuf>,
     /// Upper bound on one clickhouse-local run, in seconds. Default 3600.
     #[serde(default = "default_build_timeout_secs")]
@@ -276,7 +350,7 @@ pub struct RawClickHouseLocal {
 }
 
 /// `[staging]`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawStaging {
     /// Absolute path on the server's filesystem, on the same filesystem as the table's data path
@@ -292,7 +366,7 @@ pub struct RawStaging {
 }
 
 /// `[ledger]`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLedger {
     /// Database holding the ledger table; created on first use. Default `chpart`.
@@ -434,8 +508,11 @@ pub struct SshSettings {
 /// Validated `[clickhouse_local]`.
 #[derive(Debug, Clone)]
 pub struct ClickHouseLocalSettings {
-    /// The command.
+    /// The program (the command's first word).
     pub command: PathBuf,
+    /// Arguments before each run's own (the command's other words), e.g. `local` of
+    /// `clickhouse local`.
+    pub args: Vec<String>,
     /// Parent of per-attempt work directories.
     pub work_dir: PathBuf,
     /// Timeout of one run.
@@ -457,44 +534,242 @@ const SECTIONS: &[&str] = &[
 ];
 
 impl Config {
-    /// Reads `path`, applies overrides from `env` (pass `std::env::vars()`), validates.
+    /// The config from its sources (see [`Resolved::load`]), validated.
     pub fn load(
-        path: &Path,
+        file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.into(),
-            source,
-        })?;
-        Config::from_toml(&text, path, env)
+        Resolved::load(file, env).map(|r| r.config)
     }
 
-    /// Like [`Config::load`] from a string; `path` is only used in messages.
+    /// The config from `text` as if it were the file `path` (only used in messages), with the
+    /// overrides in `env`.
     pub fn from_toml(
         text: &str,
         path: &Path,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
-        let parse_err = |message: String| ConfigError::Parse {
-            path: path.into(),
-            message,
-        };
-        let mut table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
         let env: BTreeMap<String, String> = env.into_iter().collect();
-        apply_overrides(&mut table, &env)?;
-        let raw: RawConfig = table
-            .try_into()
-            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
-        raw.validate(&env)
+        let layer = Layer::parse(text, format!("config file {}", path.display()))?;
+        resolve(vec![layer], &env).map(|r| r.config)
     }
 }
 
+/// A config resolved from its sources: the validated value, and the document it was built from
+/// (every key with its default filled in), which is what `chpart config` prints and what the
+/// Spark integrations hand to their tasks in [`CONFIG_TOML_ENV`]. The document holds no secret:
+/// the schema has no key for one (only `password_file` and `password_env`, which name where the
+/// password is), and relative paths in it stay relative, so that they resolve in the working
+/// directory of whichever process reads the document.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The validated config.
+    pub config: Config,
+    /// The merged document.
+    pub document: RawConfig,
+    /// Where it came from, lowest precedence first, e.g. `config file /etc/chpart.toml`.
+    pub sources: Vec<String>,
+}
+
+impl Resolved {
+    /// Builds the config from, lowest precedence first:
+    ///
+    /// 1. the config file `file` (`--config`, or `CHPART_CONFIG`), if given;
+    /// 2. the TOML document in the environment variable [`CONFIG_TOML_ENV`], if set: its keys
+    ///    win over the file's (tables merge key by key; `[[hosts]]` is replaced whole);
+    /// 3. `CHPART_<SECTION>_<KEY>` variables.
+    ///
+    /// Then validates it. Each source is checked on its own first, so an unknown key names the
+    /// source it came from; a key that looks like a secret is refused with where a secret goes.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Resolved, ConfigError> {
+        let env: BTreeMap<String, String> = env.into_iter().collect();
+        let mut layers = Vec::new();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.into(),
+                source,
+            })?;
+            layers.push(Layer::parse(
+                &text,
+                format!("config file {}", path.display()),
+            )?);
+        }
+        if let Some(text) = env.get(CONFIG_TOML_ENV) {
+            layers.push(Layer::parse(
+                text,
+                format!("environment variable {CONFIG_TOML_ENV}"),
+            )?);
+        }
+        resolve(layers, &env)
+    }
+
+    /// The document as TOML (what [`CONFIG_TOML_ENV`] takes).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(&self.document).expect("a validated config serializes as TOML")
+    }
+}
+
+/// One source of config keys, parsed.
+struct Layer {
+    origin: String,
+    table: toml::Table,
+}
+
+impl Layer {
+    fn parse(text: &str, origin: String) -> Result<Layer, ConfigError> {
+        let table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Parse {
+                origin: origin.clone(),
+                message: e.to_string(),
+            })?;
+        check_keys(&table, &origin)?;
+        Ok(Layer { origin, table })
+    }
+}
+
+fn resolve(layers: Vec<Layer>, env: &BTreeMap<String, String>) -> Result<Resolved, ConfigError> {
+    let mut sources = Vec::new();
+    let mut table = toml::Table::new();
+    for layer in layers {
+        merge(&mut table, layer.table);
+        sources.push(layer.origin);
+    }
+    if apply_overrides(&mut table, env)? {
+        sources.push("CHPART_<SECTION>_<KEY> environment variables".into());
+    }
+    let missing: Vec<&str> = REQUIRED
+        .iter()
+        .copied()
+        .filter(|key| {
+            let (section, key) = key.split_once('.').expect("section.key");
+            !table
+                .get(section)
+                .and_then(toml::Value::as_table)
+                .is_some_and(|t| t.contains_key(key))
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Err(ConfigError::Missing {
+            keys: missing.join(", "),
+            example: missing
+                .iter()
+                .map(|k| format!("CHPART_{}", k.replace('.', "_").to_ascii_uppercase()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            sources: if sources.is_empty() {
+                "none was given".into()
+            } else {
+                format!("read: {}", sources.join(", "))
+            },
+        });
+    }
+    let raw: RawConfig = table
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError::Parse {
+            origin: format!("the config from {}", sources.join(" + ")),
+            message: e.to_string(),
+        })?;
+    let document = raw.clone();
+    let config = raw.validate(env)?;
+    Ok(Resolved {
+        config,
+        document,
+        sources,
+    })
+}
+
+/// Merges `over` into `base`: tables key by key, anything else (values, arrays) replaced.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// Refuses a source's unknown sections and keys, naming the source, the key and the valid
+/// keys; a key that looks like a secret gets where secrets go instead.
+fn check_keys(table: &toml::Table, origin: &str) -> Result<(), ConfigError> {
+    let unknown = |key: String, valid: String| {
+        if looks_like_secret(&key) {
+            ConfigError::SecretKey {
+                key,
+                origin: origin.to_owned(),
+            }
+        } else {
+            ConfigError::UnknownKey {
+                key,
+                origin: origin.to_owned(),
+                valid,
+            }
+        }
+    };
+    let check = |prefix: &str, entries: &toml::Table, valid: &[&str]| {
+        for key in entries.keys() {
+            if !valid.contains(&key.as_str()) {
+                return Err(unknown(format!("{prefix}.{key}"), valid.join(", ")));
+            }
+        }
+        Ok(())
+    };
+    let sections = field_names::<RawConfig>();
+    for (section, value) in table {
+        if !sections.contains(&section.as_str()) {
+            return Err(unknown(section.clone(), sections.join(", ")));
+        }
+        match (section.as_str(), value) {
+            ("hosts", toml::Value::Array(hosts)) => {
+                for host in hosts.iter().filter_map(toml::Value::as_table) {
+                    check("hosts", host, field_names::<RawHost>())?;
+                }
+            }
+            (section, toml::Value::Table(entries)) => {
+                check(section, entries, section_keys(section))?;
+            }
+            // Wrong shapes are the schema's to report.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether a key's name says it holds a secret (a password, token, secret or private key), as
+/// [`SECRET_KEY_PATTERN`] says: such a value must not be a config value.
+pub fn looks_like_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    let any_char_between = |a: &str, b: &str| {
+        key.match_indices(a).any(|(i, _)| {
+            let rest = &key[i + a.len()..];
+            rest.starts_with(b)
+                || rest
+                    .char_indices()
+                    .nth(1)
+                    .is_some_and(|(j, _)| rest[j..].starts_with(b))
+        })
+    };
+    key.contains("secret")
+        || key.contains("token")
+        || key.match_indices("password").any(|(i, _)| {
+            let rest = &key[i + "password".len()..];
+            !rest.starts_with("_file") && !rest.starts_with("_env")
+        })
+        || any_char_between("access", "key")
+        || any_char_between("private", "key")
+}
+
+/// Applies the `CHPART_<SECTION>_<KEY>` variables of `env`; whether there was one.
 fn apply_overrides(
     table: &mut toml::Table,
     env: &BTreeMap<String, String>,
-) -> Result<(), ConfigError> {
+) -> Result<bool, ConfigError> {
+    let mut applied = false;
     for (var, value) in env {
         let Some(rest) = var.strip_prefix("CHPART_") else {
             continue;
@@ -536,8 +811,9 @@ fn apply_overrides(
             });
         };
         section_table.insert(key.to_owned(), override_value(value));
+        applied = true;
     }
-    Ok(())
+    Ok(applied)
 }
 
 /// The keys of a config section, as its struct's `Deserialize` lists them (so they cannot
@@ -780,11 +1056,13 @@ impl RawConfig {
         };
 
         let local = self.clickhouse_local;
-        if local.command.trim().is_empty() {
+        let mut words = local.command.split_whitespace().map(str::to_owned);
+        let Some(program) = words.next() else {
             return Err(invalid("clickhouse_local.command", "must not be empty"));
-        }
+        };
         let clickhouse_local = ClickHouseLocalSettings {
-            command: PathBuf::from(local.command),
+            command: PathBuf::from(program),
+            args: words.collect(),
             work_dir: local.work_dir.unwrap_or_else(std::env::temp_dir),
             timeout: positive_secs("clickhouse_local.timeout_secs", local.timeout_secs)?,
             spool_chunk_bytes: match local.spool_chunk_mib {

@@ -106,7 +106,7 @@ fn rejections_name_the_key_or_variable() {
             "unknown key",
             format!("{MINIMAL_LOCAL}\n[ledger]\ndatabse = \"x\"\n"),
             vec![],
-            "unknown field `databse`",
+            "config file test.toml: ledger.databse is not a chpart setting (the valid keys here are: database)",
         ),
         (
             "missing section",
@@ -115,7 +115,7 @@ fn rejections_name_the_key_or_variable() {
                 "",
             ),
             vec![],
-            "missing field `staging`",
+            "no config gives staging.root (read: config file test.toml): give them in a config file (--config FILE, or the file named by CHPART_CONFIG), in a TOML document in the environment variable CHPART_CONFIG_TOML, or as CHPART_<SECTION>_<KEY> environment variables (CHPART_STAGING_ROOT)",
         ),
         (
             "typo in an override",
@@ -231,4 +231,308 @@ fn ssh_section_validation() {
         let err = load(&with_ssh(&format!("use_agent = true\n{line}")), &[]).unwrap_err();
         assert!(err.to_string().contains(key), "{line}: {err}");
     }
+}
+
+/// Resolves from an optional file (written to a temp dir) and `vars` as the whole environment.
+fn resolve(file: Option<&str>, vars: &[(&str, &str)]) -> Result<Resolved, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chpart.toml");
+    if let Some(text) = file {
+        std::fs::write(&path, text).unwrap();
+    }
+    Resolved::load(file.map(|_| path.as_path()), env(vars))
+}
+
+#[test]
+fn sources_merge_file_then_toml_document_then_variables() {
+    let document = "[clickhouse]\nurl = \"http://from-document:8123\"\nuser = \"doc\"\n[ledger]\ndatabase = \"doc_ledger\"\n";
+    /// (case, file, environment, expected url, user, ledger database)
+    type Row<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Vec<(&'a str, &'a str)>,
+        &'a str,
+        &'a str,
+        &'a str,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "file alone",
+            Some(MINIMAL_LOCAL),
+            vec![],
+            "http://127.0.0.1:8123",
+            "default",
+            "chpart",
+        ),
+        (
+            "document over file, key by key",
+            Some(MINIMAL_LOCAL),
+            vec![("CHPART_CONFIG_TOML", document)],
+            "http://from-document:8123",
+            "doc",
+            "doc_ledger",
+        ),
+        (
+            "variable over document over file",
+            Some(MINIMAL_LOCAL),
+            vec![
+                ("CHPART_CONFIG_TOML", document),
+                ("CHPART_CLICKHOUSE_USER", "var"),
+            ],
+            "http://from-document:8123",
+            "var",
+            "doc_ledger",
+        ),
+        (
+            "document alone, no file",
+            None,
+            vec![("CHPART_CONFIG_TOML", MINIMAL_LOCAL)],
+            "http://127.0.0.1:8123",
+            "default",
+            "chpart",
+        ),
+        (
+            "variables alone",
+            None,
+            vec![
+                ("CHPART_CLICKHOUSE_URL", "http://vars:8123"),
+                ("CHPART_TRANSPORT_KIND", "local"),
+                ("CHPART_CLICKHOUSE_LOCAL_COMMAND", "clickhouse-local"),
+                ("CHPART_STAGING_ROOT", "/s"),
+            ],
+            "http://vars:8123",
+            "default",
+            "chpart",
+        ),
+    ];
+    for (name, file, vars, url, user, ledger) in rows {
+        let resolved = resolve(file, &vars).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let c = &resolved.config;
+        assert_eq!(
+            (
+                c.clickhouse.url.as_str(),
+                c.clickhouse.user.as_str(),
+                c.ledger_database.as_str()
+            ),
+            (url, user, ledger),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_printed_document_round_trips_keeps_relative_paths_and_holds_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pw.txt"), "s3cret-value\n").unwrap();
+    let text = format!(
+        "{}\n[ssh]\nhost = \"h\"\nuser = \"clickhouse\"\nidentity_file = \"id_ed25519\"\nknown_hosts = \"known_hosts\"\n",
+        MINIMAL_LOCAL
+            .replace("kind = \"local\"", "kind = \"sftp\"")
+            .replace(
+                "[transport]",
+                &format!(
+                    "password_file = \"{}\"\n[transport]",
+                    dir.path().join("pw.txt").display()
+                )
+            )
+            .replace("command = \"clickhouse-local\"", "command = \"ch/clickhouse local\"")
+    );
+    let first = resolve(Some(&text), &[]).unwrap();
+    let toml = first.to_toml();
+    assert!(!toml.contains("s3cret"), "{toml}");
+    for kept in [
+        "identity_file = \"id_ed25519\"",
+        "known_hosts = \"known_hosts\"",
+        "command = \"ch/clickhouse local\"",
+        "user = \"default\"",
+        "request_timeout_secs = 300",
+    ] {
+        assert!(toml.contains(kept), "{kept} not in\n{toml}");
+    }
+    // What the driver prints is what a task resolves alone, to the same config.
+    let second = resolve(None, &[("CHPART_CONFIG_TOML", &toml)]).unwrap();
+    assert_eq!(second.to_toml(), toml);
+    let local = &second.config.clickhouse_local;
+    assert_eq!(
+        (local.command.as_path(), local.args.as_slice()),
+        (Path::new("ch/clickhouse"), &["local".to_owned()][..])
+    );
+    assert_eq!(
+        second
+            .config
+            .clickhouse
+            .password
+            .as_ref()
+            .map(Secret::expose),
+        Some("s3cret-value")
+    );
+}
+
+#[test]
+fn missing_keys_name_every_way_to_give_them() {
+    let err = resolve(None, &[("CHPART_CLICKHOUSE_URL", "http://x:8123")]).unwrap_err();
+    let message = err.to_string();
+    for part in [
+        "no config gives transport.kind, clickhouse_local.command, staging.root",
+        "read: CHPART_<SECTION>_<KEY> environment variables",
+        "--config FILE",
+        "CHPART_CONFIG_TOML",
+        "CHPART_TRANSPORT_KIND, CHPART_CLICKHOUSE_LOCAL_COMMAND, CHPART_STAGING_ROOT",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    let err = resolve(None, &[]).unwrap_err();
+    assert!(err.to_string().contains("(none was given)"), "{err}");
+}
+
+#[test]
+fn every_required_key_is_required_by_the_schema() {
+    // REQUIRED is a copy of what the schema cannot default: each missing key alone is refused,
+    // and nothing else is needed.
+    let full: toml::Table = MINIMAL_LOCAL.parse().unwrap();
+    for key in REQUIRED {
+        let (section, name) = key.split_once('.').unwrap();
+        let mut table = full.clone();
+        table[section].as_table_mut().unwrap().remove(name);
+        assert!(
+            table.try_into::<RawConfig>().is_err(),
+            "{key} has a default"
+        );
+    }
+    let mut table = toml::Table::new();
+    for key in REQUIRED {
+        let (section, name) = key.split_once('.').unwrap();
+        let value = full[section][name].clone();
+        table
+            .entry(section)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .unwrap()
+            .insert(name.into(), value);
+    }
+    table.try_into::<RawConfig>().unwrap();
+}
+
+#[test]
+fn secret_looking_keys_are_refused_with_where_secrets_go() {
+    // (case, source text put in CHPART_CONFIG_TOML, expected key)
+    let rows = [
+        (
+            "password",
+            "[clickhouse]\npassword = \"x\"\n",
+            "clickhouse.password",
+        ),
+        (
+            "private key",
+            "[ssh]\nprivate_key = \"x\"\n",
+            "ssh.private_key",
+        ),
+        ("token section", "[token]\nx = 1\n", "token"),
+        (
+            "host password",
+            "[[hosts]]\nname = \"h\"\npassword = \"x\"\n",
+            "hosts.password",
+        ),
+    ];
+    for (name, text, key) in rows {
+        let err = resolve(Some(MINIMAL_LOCAL), &[("CHPART_CONFIG_TOML", text)]).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "environment variable CHPART_CONFIG_TOML: {key} looks like a secret"
+            )),
+            "{name}: {message}"
+        );
+        for alternative in [
+            "clickhouse.password_file",
+            "--files",
+            "clickhouse.password_env",
+            "spark.executorEnv",
+            "CHPART_CLICKHOUSE_PASSWORD",
+        ] {
+            assert!(
+                message.contains(alternative),
+                "{name}: {alternative}: {message}"
+            );
+        }
+        assert!(!message.contains("\"x\""), "{name}: {message}");
+    }
+}
+
+#[test]
+fn secret_key_names_match_the_documented_pattern() {
+    // (key, looks like a secret): the rows a reader of SECRET_KEY_PATTERN expects.
+    let rows = [
+        ("clickhouse.password", true),
+        ("clickhouse.PASSWORD", true),
+        ("clickhouse.password_file", false),
+        ("clickhouse.password_env", false),
+        ("s3.secret_access_key", true),
+        ("s3.access_key", true),
+        ("s3.accesskey", true),
+        ("s3.access.key", true),
+        ("ssh.private_key", true),
+        ("ssh.privatekey", true),
+        ("api.token", true),
+        ("ssh.identity_file", false),
+        ("ssh.known_hosts", false),
+        ("clickhouse.user", false),
+        ("clickhouse_local.command", false),
+        ("staging.root", false),
+    ];
+    for (key, secret) in rows {
+        assert_eq!(looks_like_secret(key), secret, "{key}");
+    }
+    // No key of the schema looks like one.
+    for section in field_names::<RawConfig>() {
+        for key in section_keys(section) {
+            assert!(
+                !looks_like_secret(&format!("{section}.{key}")),
+                "{section}.{key}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_spark_integrations_carry_the_secret_pattern() {
+    // One home per fact: the connector and chpart_spark refuse secret-looking conf keys with
+    // copies of SECRET_KEY_PATTERN; they must be this one.
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/spark/");
+    for (file, quoted) in [
+        (
+            "connector/src/main/java/chpart/spark/ChpartConfig.java",
+            format!("\"{}\"", SECRET_KEY_PATTERN),
+        ),
+        (
+            "chpart_spark/_cli.py",
+            format!("r\"{}\"", SECRET_KEY_PATTERN),
+        ),
+    ] {
+        let text = std::fs::read_to_string(format!("{root}{file}")).unwrap();
+        assert!(text.contains(&quoted), "{file} does not hold {quoted}");
+    }
+}
+
+#[test]
+fn a_command_with_arguments_is_split_into_program_and_arguments() {
+    let config = load(
+        MINIMAL_LOCAL,
+        &[(
+            "CHPART_CLICKHOUSE_LOCAL_COMMAND",
+            "  ch/clickhouse   local ",
+        )],
+    )
+    .unwrap();
+    assert_eq!(
+        config.clickhouse_local.command,
+        PathBuf::from("ch/clickhouse")
+    );
+    assert_eq!(config.clickhouse_local.args, vec!["local".to_owned()]);
+    let err = load(MINIMAL_LOCAL, &[("CHPART_CLICKHOUSE_LOCAL_COMMAND", " ")]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("clickhouse_local.command: must not be empty"),
+        "{err}"
+    );
 }

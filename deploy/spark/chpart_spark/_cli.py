@@ -147,12 +147,115 @@ def last_line(text):
     return lines[-1] if lines else ""
 
 
-def run(chpart, command, args, config, extra_env=None, context="", timeout=None):
-    """Runs `chpart <command> --config <config> <args...>`; returns (stdout, stderr).
-    Raises ChpartError on a non-zero exit."""
-    argv = [chpart, command, "--config", str(config), *[str(a) for a in args]]
+#: chpart's SECRET_KEY_PATTERN (crates/config): names of keys that would hold a secret. A test
+#: keeps this copy equal to it.
+SECRET_KEY_PATTERN = r"(?i)secret|password(?!_file|_env)|token|access.?key|private.?key"
+_SECRET = re.compile(SECRET_KEY_PATTERN)
+
+#: Where secrets go instead of Spark conf or options (which Spark shows in its UI and event log).
+SECRET_ALTERNATIVES = (
+    "Spark shows conf and options in its UI and event log, so chpart takes no secret there. Give the password as a "
+    "file shipped with --files (clickhouse.password_file = pw.txt: a relative path resolves in each executor's "
+    "working directory, and on the driver in its working directory or among SparkFiles), as an executor environment "
+    "variable (spark.executorEnv.CH_PASSWORD=... and clickhouse.password_env = CH_PASSWORD; the driver needs it in "
+    "its own environment too), or as CHPART_CLICKHOUSE_PASSWORD in the environment; SSH keys and known_hosts are "
+    "files shipped with --files (ssh.identity_file, ssh.known_hosts)")
+
+#: The variable every chpart run gets the resolved config document in.
+CONFIG_TOML_ENV = "CHPART_CONFIG_TOML"
+#: Spark conf keys of chpart config keys: spark.chpart.<section>.<key>.
+CONF_PREFIX = "spark.chpart."
+#: Keys naming a file that a task reads from its working directory when relative.
+FILE_KEYS = ("clickhouse.password_file", "ssh.identity_file", "ssh.known_hosts")
+
+
+def looks_secret(key):
+    return _SECRET.search(key) is not None
+
+
+class Resolved:
+    """A config resolved on the driver by `chpart config`: the TOML document every run gets in
+    CHPART_CONFIG_TOML (no secret in it; relative paths kept), and the working directory of the
+    driver's runs (`driver_dir`; tasks run in their own)."""
+
+    def __init__(self, toml, driver_dir):
+        self.toml = toml
+        self.driver_dir = driver_dir
+
+    def __repr__(self):
+        return f"Resolved(driver_dir={self.driver_dir!r})"
+
+
+def settings_toml(settings):
+    """Dotted config keys as a TOML document (each segment quoted); a value that reads as an
+    integer or a boolean is one, as chpart reads CHPART_<SECTION>_<KEY> variables."""
+    def quote(text):
+        return json.dumps(str(text), ensure_ascii=False)
+
+    def value(v):
+        v = str(v)
+        if re.fullmatch(r"[+-]?[0-9]{1,18}", v) or v in ("true", "false"):
+            return v
+        return quote(v)
+
+    return "".join(".".join(quote(seg) for seg in key.split(".")) + " = " + value(v) + "\n"
+                   for key, v in sorted(settings.items()))
+
+
+def driver_dir(settings):
+    """The driver's working directory, unless a relative file key of `settings` is missing there
+    and present among the files Spark fetched for the driver (SparkFiles, e.g. --files)."""
+    cwd = os.getcwd()
+    for key in FILE_KEYS:
+        value = settings.get(key)
+        if value is None or os.path.isabs(value) or os.path.exists(os.path.join(cwd, value)):
+            continue
+        try:
+            from pyspark import SparkFiles
+            root = SparkFiles.getRootDirectory()
+        except Exception:  # no SparkContext: not in a Spark driver
+            return cwd
+        if root and os.path.exists(os.path.join(root, value)):
+            return root
+    return cwd
+
+
+def resolve_config(chpart, config, settings, origins, extra_env=None):
+    """Runs `chpart config --toml` on the driver with the config file `config` (or None) and the
+    dotted `settings` (in CHPART_CONFIG_TOML, merged over the file); a Resolved. `origins` says
+    where each setting was given, for the message when chpart refuses one."""
+    where = driver_dir(settings)
+    env = dict(extra_env or {})
+    if settings:
+        env[CONFIG_TOML_ENV] = settings_toml(settings)
+    args = ["--toml"] + (["--config", str(config)] if config is not None else [])
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=child_env(extra_env), timeout=timeout)
+        out, _ = run(chpart, "config", args, None, env, context="resolving the chpart config", cwd=where)
+    except ChpartError as e:
+        given = [f"{key} was given as {origin}" for key, origin in sorted(origins.items())
+                 if re.search(r"(^|[\s(])" + re.escape(key) + r"([\s,)]|$)", e.stderr_tail)]
+        e.stderr_tail += ("\n(config keys are Spark conf spark.chpart.<section>.<key> or write() options "
+                          "{'<section>.<key>': ...})" + "".join("\n" + g for g in given))
+        e.args = (e._message(),)
+        raise
+    return Resolved(out, where)
+
+
+def run(chpart, command, args, config, extra_env=None, context="", timeout=None, cwd=None):
+    """Runs `chpart <command> <args...>` with `config`: a Resolved (its document in
+    CHPART_CONFIG_TOML, in its driver directory), a config file path (`--config`), or None;
+    returns (stdout, stderr). Raises ChpartError on a non-zero exit."""
+    env = child_env(extra_env)
+    flag = []
+    if isinstance(config, Resolved):
+        env.pop("CHPART_CONFIG", None)
+        env[CONFIG_TOML_ENV] = config.toml
+        cwd = cwd or config.driver_dir
+    elif config is not None:
+        flag = ["--config", str(config)]
+    argv = [chpart, command, *flag, *[str(a) for a in args]]
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=timeout, cwd=cwd)
     except FileNotFoundError as e:
         raise ChpartError(command, 127, f"cannot run {chpart!r}: {e}", argv, context) from None
     stderr = _ANSI.sub("", proc.stderr.decode("utf-8", "replace"))

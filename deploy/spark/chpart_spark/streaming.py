@@ -43,7 +43,7 @@ def streaming_query_id(batch_df):
     return query_id
 
 
-def foreach_batch(table, config, *, query_id=None, prefix=None, connector=False, on_batch=None, **options):
+def foreach_batch(table, config=None, *, query_id=None, prefix=None, connector=False, on_batch=None, **options):
     """A `foreachBatch` function loading each micro-batch into ``table`` as the load
     `[<prefix>.]<query id>.<batch id>` (see the module doc).
 
@@ -60,8 +60,9 @@ def foreach_batch(table, config, *, query_id=None, prefix=None, connector=False,
     def sink(batch_df, batch_id):
         load = batch_load_id(query_id or streaming_query_id(batch_df), batch_id, prefix)
         if connector:
-            writer = (batch_df.write.format("chpart").mode("append").option("table", table).option("config", config)
-                      .option("load", load))
+            writer = batch_df.write.format("chpart").mode("append").option("table", table).option("load", load)
+            if config is not None:  # optional: the config may be spark.chpart.* conf and options alone
+                writer = writer.option("config", config)
             for key, value in options.items():
                 writer = writer.option(key, value)
             writer.save()

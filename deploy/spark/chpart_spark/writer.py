@@ -172,16 +172,20 @@ def _make_task(*, chpart, config, load_id, attempt_prefix, schema, extra_env, af
         attempt = f"{attempt_prefix}.{ctx.taskAttemptId()}"
         context = f"load {load_id}, partition {partition}, attempt {attempt} (attempt number {ctx.attemptNumber()})"
         argv = [
-            chpart, "build", "--config", config, "--load", load_id,
+            chpart, "build", "--load", load_id,
             "--partition", str(partition), "--attempt", attempt,
             "--stage", str(ctx.stageId()), "--attempt-number", str(ctx.attemptNumber()),
             "--input", "-", "--die-with-parent",
         ]
         try:
             # From this (the worker's main) thread: --die-with-parent ties chpart to it.
+            # The config the driver resolved, in the environment (never argv): relative paths in
+            # it resolve in this executor's working directory (--files, --archives).
+            env = _cli.child_env(extra_env)
+            env.pop("CHPART_CONFIG", None)
+            env[_cli.CONFIG_TOML_ENV] = config
             proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=_cli.child_env(extra_env),
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
             )
         except OSError as e:
             raise ChpartError("build", 127, f"cannot run {chpart!r} on this executor: {e}", argv, context) from None
@@ -277,13 +281,24 @@ def _read_winners(path, load_id):
     return lines
 
 
-def write(df, table, load_id, config, mode="append", visibility="partition", chpart="chpart",
-          verify="auto", extra_env=None, *, winners_path=None, via="auto", layout=None, _after_build=None):
+def write(df, table, load_id, config=None, mode="append", visibility="partition", chpart="chpart",
+          verify="auto", extra_env=None, *, options=None, winners_path=None, via="auto", layout=None,
+          _after_build=None):
     """Loads ``df`` into the ClickHouse table ``table`` ("db.table") exactly once, as load
     ``load_id``, and returns the commit summary (a dict, see below).
 
-    - ``config``: the chpart config file, readable at the same path on the driver and on
-      every executor.
+    - ``config``: a chpart config file on the driver (optional). The config is, lowest
+      precedence first: this file, Spark conf ``spark.chpart.<section>.<key>`` (e.g.
+      ``spark.chpart.clickhouse.url``), and ``options``. The driver resolves and validates it
+      once (`chpart config`) and hands the result to every task in its environment
+      (``CHPART_CONFIG_TOML``): executors need no config file.
+    - ``options``: chpart config keys by dotted name, e.g. ``{"clickhouse.url": ...,
+      "staging.root": ..., "clickhouse_local.command": "ch/clickhouse local"}``; they win over
+      the conf. Keys that look like secrets are refused, here and in the conf (Spark shows conf
+      in its UI and event log): a password comes from a file shipped with ``--files``
+      (``clickhouse.password_file``, relative: resolved in each executor's working directory),
+      an environment variable named by ``clickhouse.password_env``, or
+      ``CHPART_CLICKHOUSE_PASSWORD``.
     - ``mode``: "append" adds the rows; "replace" replaces every table partition the load
       touches (historical reloads; requires visibility "partition").
     - ``visibility``: "partition" (each partition appears at once, through a shadow table)
@@ -342,9 +357,11 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
         raise ValueError('mode="replace" requires visibility="partition"')
     if not _ID.match(load_id or ""):
         raise ValueError(f"load_id {load_id!r} must be 1-128 of [A-Za-z0-9._-], not starting with . or -, without ..")
-    config = os.path.abspath(str(config))
+    config_file = None if config is None else os.path.abspath(str(config))
     chpart = _cli.resolve_binary(str(chpart))
     spark = df.sparkSession
+    keys, origins = config_keys(spark, options)
+    config = _cli.resolve_config(chpart, config_file, keys, origins, extra_env)
     # Decided first: via="connector" with a Python-only argument, or without the jar, fails
     # before anything runs.
     path, why = choose_path(via, spark, after_build=_after_build, layout=layout)
@@ -390,7 +407,8 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     if path == "connector":
         log.info('load %s: through the JVM connector, df.write.format("chpart"): %s', load_id, why)
         return _write_through_connector(df, table=table, mode=mode, visibility=visibility, verify=verify,
-                                        layout=layout, winners_path=winners_path, app_id=app_id, t0=t0, **common)
+                                        layout=layout, winners_path=winners_path, app_id=app_id, t0=t0,
+                                        config_file=config_file, options=options or {}, **common)
     log.info("load %s: through Python tasks (mapInArrow): %s", load_id, why)
     prefix = attempt_prefix(spark.sparkContext, secrets.token_hex(6))
     _cli.run_json(chpart, "begin", ["--table", table, "--load", load_id, "--mode", mode, "--visibility", visibility],
@@ -402,7 +420,7 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
     own_winners_file = winners_path is None
     try:
         t = time.monotonic()
-        task = _make_task(chpart=chpart, config=config, load_id=load_id, attempt_prefix=prefix, schema=schema,
+        task = _make_task(chpart=chpart, config=config.toml, load_id=load_id, attempt_prefix=prefix, schema=schema,
                           extra_env=extra_env, after_build=_after_build)
         with warnings.catch_warnings():
             # pyspark 4.3 warns that pandas >= 3 is not fully supported; mapInArrow uses none of it.
@@ -451,7 +469,7 @@ def write(df, table, load_id, config, mode="append", visibility="partition", chp
 
 
 def _write_through_connector(df, *, table, mode, visibility, verify, layout, winners_path, app_id, t0, chpart,
-                             config, load_id, extra_env):
+                             config, config_file, options, load_id, extra_env):
     """`df.write.format("chpart")` with write()'s arguments as the connector's options; the
     summary from `chpart status` afterwards (Spark's write API returns nothing).
 
@@ -462,8 +480,12 @@ def _write_through_connector(df, *, table, mode, visibility, verify, layout, win
     # replace = Spark's overwrite, which the connector maps to chpart's replace mode of the
     # partitions written (its option overwrite=partitions, the default).
     writer = (df.write.format("chpart").mode("overwrite" if mode == "replace" else "append")
-              .option("table", table).option("config", config).option("load", load_id).option("chpart", chpart)
+              .option("table", table).option("load", load_id).option("chpart", chpart)
               .option("visibility", visibility).option("verify", verify))
+    if config_file is not None:
+        writer = writer.option("config", config_file)
+    for key, value in options.items():  # the connector reads spark.chpart.* conf itself
+        writer = writer.option(key, str(value))
     if winners_path:
         writer = writer.option("winners_path", os.path.abspath(winners_path))
     if layout is not None:
@@ -527,7 +549,7 @@ def _commit(*, chpart, config, load_id, extra_env, winners_path, partitions, ver
     args = ["--load", load_id, "--verify", verify, "--visibility", visibility]
     if winners_path is not None:
         args += ["--winners", winners_path, "--partitions", str(partitions)]
-    hint = f"{chpart} commit --config {config} " + " ".join(args)
+    hint = f"{chpart} commit " + " ".join(args) + f"   with {_cli.CONFIG_TOML_ENV} set to:\n{config.toml}"
     t = time.monotonic()
     for attempt in range(retries):
         try:
@@ -541,6 +563,34 @@ def _commit(*, chpart, config, load_id, extra_env, winners_path, partitions, ver
                 continue
             raise CommitError(e.command, e.exit_code, e.stderr_tail, e.argv, e.context, winners_path=winners_path,
                               resume_hint=hint) from None
+
+
+def config_keys(spark, options):
+    """The chpart config keys of a write: the session's ``spark.chpart.*`` conf, then
+    ``options`` over it (see `merge_config_keys`)."""
+    conf = dict(spark.sparkContext.getConf().getAll())
+    try:
+        conf.update(spark.conf.getAll)  # the session's runtime conf (pyspark >= 4.0: a property)
+    except AttributeError:
+        pass
+    return merge_config_keys(conf, options)
+
+
+def merge_config_keys(conf, options):
+    """``spark.chpart.<key>`` entries of the Spark conf ``conf``, then the dotted ``options``
+    over them: ({key: value}, {key: where it was given}). A key that looks like a secret is
+    refused (ValueError) with where secrets go."""
+    keys, origins = {}, {}
+    for name, value in sorted(conf.items()):
+        if name.startswith(_cli.CONF_PREFIX):
+            key = name[len(_cli.CONF_PREFIX):]
+            keys[key], origins[key] = value, f"spark conf {name}"
+    for key, value in sorted((options or {}).items()):
+        keys[key], origins[key] = str(value), f"option {key}"
+    secret = [origins[k] for k in sorted(keys) if _cli.looks_secret(k)]
+    if secret:
+        raise ValueError(f"{', '.join(secret)} looks like a secret and is refused: {_cli.SECRET_ALTERNATIVES}")
+    return keys, origins
 
 
 def _load_status(*, chpart, config, load_id, extra_env):

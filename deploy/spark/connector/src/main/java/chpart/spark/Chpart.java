@@ -3,6 +3,7 @@ package chpart.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.ByteArrayOutputStream;
+import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.Serializable;
@@ -18,8 +19,9 @@ import java.util.regex.Pattern;
 /**
  * Runs the {@code chpart} binary, as ripgrep runs its children: stdout and stderr are drained on
  * threads of their own (the child never blocks on a full pipe), the tail of stderr and the exit
- * status go into the error. The same binary, config and environment are used on the driver
- * ({@code begin}, {@code status}, {@code commit}, {@code abort}) and in every task ({@code build}).
+ * status go into the error. The same binary, config document (in {@code CHPART_CONFIG_TOML}, see
+ * {@link ChpartConfig}) and environment are used on the driver ({@code begin}, {@code status},
+ * {@code commit}, {@code abort}) and in every task ({@code build}).
  */
 final class Chpart implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -27,36 +29,62 @@ final class Chpart implements Serializable {
   static final int STDERR_TAIL_LINES = 40;
   private static final Pattern ANSI = Pattern.compile("\u001b\\[[0-9;]*[A-Za-z]");
 
+  /** The variable every run gets the resolved config document in (chpart's CONFIG_TOML_ENV). */
+  static final String CONFIG_TOML_ENV = "CHPART_CONFIG_TOML";
+
   private final String binary;
-  private final String config;
+  /** The resolved config (TOML), or null (only while resolving it: ChpartConfig). */
+  private final String configToml;
   private final Map<String, String> extraEnv;
+  /** Where the driver's runs start (ChpartConfig#driverDir); null in a task: its working directory. */
+  private final transient File driverDir;
 
   /**
    * @param binary the chpart binary, a path valid on the driver and every executor or a name on
    *     their PATH
-   * @param config the chpart config file, at the same path everywhere
+   * @param configToml the config document {@code chpart config} resolved on the driver, handed to
+   *     every run in {@code CHPART_CONFIG_TOML}
    * @param extraEnv variables added to every run's environment (the {@code env.*} options)
+   * @param driverDir the working directory of the driver's runs
    */
-  Chpart(String binary, String config, Map<String, String> extraEnv) {
+  Chpart(String binary, String configToml, Map<String, String> extraEnv, File driverDir) {
     this.binary = binary;
-    this.config = config;
+    this.configToml = configToml;
     this.extraEnv = Map.copyOf(extraEnv);
+    this.driverDir = driverDir;
   }
 
   String binary() {
     return binary;
   }
 
-  String config() {
-    return config;
+  String configToml() {
+    return configToml;
   }
 
-  /** {@code chpart <command> --config <config> <args...>}, not started yet. */
+  File driverDir() {
+    return driverDir;
+  }
+
+  Map<String, String> extraEnv() {
+    return extraEnv;
+  }
+
+  /** {@code chpart <command> <args...>} with the config in its environment, not started yet. */
   ProcessBuilder processBuilder(String command, List<String> args) {
     ProcessBuilder pb = new ProcessBuilder(argv(command, args));
     Map<String, String> env = pb.environment();
     env.put("NO_COLOR", "1"); // plain log lines on stderr: they end up in exception messages
     env.putAll(extraEnv);
+    if (configToml != null) {
+      // The document holds the file's keys already; a file named in this host's environment
+      // must not be read again (an executor need not have it).
+      env.remove("CHPART_CONFIG");
+      env.put(CONFIG_TOML_ENV, configToml);
+    }
+    if (driverDir != null) {
+      pb.directory(driverDir);
+    }
     return pb;
   }
 
@@ -64,8 +92,6 @@ final class Chpart implements Serializable {
     List<String> argv = new ArrayList<>();
     argv.add(binary);
     argv.add(command);
-    argv.add("--config");
-    argv.add(config);
     argv.addAll(args);
     return argv;
   }

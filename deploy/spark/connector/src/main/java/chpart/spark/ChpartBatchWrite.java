@@ -209,7 +209,9 @@ final class ChpartBatchWrite implements BatchWrite {
     if (winners != null) {
       args.addAll(List.of("--winners", winners.toString(), "--partitions", String.valueOf(count)));
     }
-    String hint = cli.binary() + " commit --config " + cli.config() + " " + String.join(" ", args);
+    // The config as the driver resolved it (chpart config): no secret in it, nothing to quote.
+    String hint = cli.binary() + " commit " + String.join(" ", args) + "   with CHPART_CONFIG_TOML set to:\n"
+        + cli.configToml();
     for (int attempt = 0; ; attempt++) {
       try {
         return cli.runJson("commit", args, "load " + load);

@@ -69,12 +69,20 @@ public final class ChpartCatalog implements TableCatalog, FunctionCatalog {
 
   /**
    * The catalog {@code format("chpart")} uses for these options: {@code chpart_<12 hex>} of the
-   * config, binary and env.* options, registered in the session's conf unless it is there.
+   * config file, binary, env.* and config-key options, registered in the session's conf unless it is there.
    */
   static String register(SparkSession session, ChpartOptions o) {
     TreeMap<String, String> conf = new TreeMap<>();
-    conf.put("config", o.config);
+    if (o.config != null) {
+      conf.put("config", o.config);
+    }
     conf.put("chpart", o.chpart);
+    // Config keys given as options (spark.chpart.* conf reaches the catalog by itself).
+    o.origins.forEach((key, origin) -> {
+      if (origin.startsWith("option ")) {
+        conf.put(key, o.configKeys.get(key));
+      }
+    });
     o.env.forEach((k, v) -> conf.put(ChpartOptions.ENV_PREFIX + k, v));
     String name = "chpart_" + sha256(conf.toString()).substring(0, 12);
     RuntimeConfig runtime = session.conf();

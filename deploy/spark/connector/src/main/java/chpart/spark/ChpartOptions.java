@@ -5,11 +5,13 @@ import java.io.Serializable;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.regex.Pattern;
 
@@ -20,7 +22,10 @@ import java.util.regex.Pattern;
  *
  * <pre>
  *   table         db.table (required)
- *   config        the chpart config file, same path on driver and executors (required)
+ *   config        a chpart config file on the driver (optional; see ChpartConfig)
+ *   section.key   a chpart config key, e.g. clickhouse.url, staging.root, transport.kind,
+ *                 clickhouse_local.command; wins over Spark conf spark.chpart.section.key,
+ *                 which wins over the file (ChpartConfig). Secrets are refused.
  *   chpart        the chpart binary (default: $CHPART_BIN, else `chpart` on PATH)
  *   load          the load id (default: new per write, see {@link #load})
  *   visibility    partition (default) | part
@@ -62,7 +67,12 @@ final class ChpartOptions implements Serializable {
   static final Set<String> STREAM_WRITER_KEYS = Set.of("checkpointlocation", "queryname");
 
   final String table;
+  /** The config file (absolute), or null. */
   final String config;
+  /** Config keys from spark.chpart.* conf and dotted options (options win), by dotted name. */
+  final Map<String, String> configKeys;
+  /** Where each of {@link #configKeys} was given, for messages. */
+  final Map<String, String> origins;
   final String chpart;
   /** Null: derived per write (see ChpartBatchWrite). */
   final String load;
@@ -81,11 +91,21 @@ final class ChpartOptions implements Serializable {
   /** table (ask Spark for the table's distribution and ordering, Layout) | none. */
   final String layout;
 
-  private ChpartOptions(Map<String, String> given) {
+  private transient Chpart resolved;
+
+  private ChpartOptions(Map<String, String> given, Map<String, String> conf) {
     List<String> problems = new ArrayList<>();
     Map<String, String> env = new LinkedHashMap<>();
     Map<String, String> plain = new LinkedHashMap<>();
+    Map<String, String> configKeys = new TreeMap<>();
+    Map<String, String> origins = new TreeMap<>();
+    Map<String, String> secretLooking = new TreeMap<>();
     Set<String> unknown = new TreeSet<>();
+    conf.forEach((key, value) -> {
+      configKeys.put(key, value);
+      origins.put(key, "spark conf " + ChpartConfig.CONF_PREFIX + key);
+      secretLooking.put(key, "spark conf " + ChpartConfig.CONF_PREFIX + key);
+    });
     for (Map.Entry<String, String> e : given.entrySet()) {
       String key = e.getKey();
       String lower = key.toLowerCase(Locale.ROOT);
@@ -96,25 +116,35 @@ final class ChpartOptions implements Serializable {
           problems.add("option " + key + ": not an environment variable name");
         }
         env.put(name, e.getValue());
+        secretLooking.put(name, "option " + key);
       } else if (KNOWN.contains(lower)) {
         plain.put(lower, e.getValue());
+      } else if (key.contains(".")) {
+        // A config key: chpart's schema is what knows it (ChpartConfig).
+        configKeys.put(key, e.getValue());
+        origins.put(key, "option " + key);
+        secretLooking.put(key, "option " + key);
+      } else if (ChpartConfig.looksSecret(key)) {
+        secretLooking.put(key, "option " + key);
       } else {
         unknown.add(key);
       }
     }
+    ChpartConfig.refuseSecrets(secretLooking, problems);
     if (!unknown.isEmpty()) {
       problems.add(
           "unknown option(s) " + unknown + "; chpart's options are " + new TreeSet<>(KNOWN)
-              + " and env.<NAME>");
+              + ", env.<NAME> and chpart config keys <section>.<key> (e.g. clickhouse.url)");
     }
     table = plain.get("table");
     if (table == null || !table.matches("[^.\\s]+\\.[^.\\s]+")) {
       problems.add("option table must be \"database.table\"; got " + quote(table));
     }
+    this.configKeys = Collections.unmodifiableMap(configKeys);
+    this.origins = Collections.unmodifiableMap(origins);
     String configGiven = plain.get("config");
     if (configGiven == null || configGiven.isBlank()) {
-      problems.add("option config (the chpart config file, same path on driver and executors) is required");
-      config = null;
+      config = null; // the config is the conf's and options' (chpart config says what is missing)
     } else {
       config = new File(configGiven).getAbsolutePath();
       if (!Files.isReadable(Path.of(config))) {
@@ -156,7 +186,16 @@ final class ChpartOptions implements Serializable {
     putAll(merged, table);
     putAll(merged, writeOptions);
     merged.keySet().removeIf(k -> STREAM_WRITER_KEYS.contains(k.toLowerCase(Locale.ROOT)));
-    return new ChpartOptions(merged);
+    return new ChpartOptions(merged, ChpartConfig.sparkConf());
+  }
+
+  /** As {@link #of(Map, Map)} with {@code conf} as the session's spark.chpart.* conf (tests). */
+  static ChpartOptions of(Map<String, String> tableProperties, Map<String, String> writeOptions,
+      Map<String, String> conf) {
+    Map<String, String> merged = new LinkedHashMap<>();
+    putAll(merged, tableProperties);
+    putAll(merged, writeOptions);
+    return new ChpartOptions(merged, conf);
   }
 
   /** Case-insensitive put (an option given twice in other cases counts once, the later wins). */
@@ -182,11 +221,15 @@ final class ChpartOptions implements Serializable {
   }
 
   ClickHouseHttp clickhouse() {
-    return new ClickHouseHttp(config, env);
+    return new ClickHouseHttp(cli());
   }
 
-  Chpart cli() {
-    return new Chpart(chpart, config, env);
+  /** The chpart of this write, with the config resolved on the driver (once; ChpartConfig). */
+  synchronized Chpart cli() {
+    if (resolved == null) {
+      resolved = ChpartConfig.resolve(chpart, config, configKeys, origins, env);
+    }
+    return resolved;
   }
 
   private static String choice(String name, String value, List<String> allowed, List<String> problems) {
