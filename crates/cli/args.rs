@@ -1,23 +1,11 @@
 //! Subcommands and their arguments.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
-use std::sync::Arc;
 
-use anyhow::Context;
-use chpart_config::Config;
-use chpart_core::retry::RetryPolicy;
-use chpart_core::{LoadId, RemotePath, StagingRoots, TableRef};
-use chpart_protocol::api::begin_load;
-use chpart_protocol::begin::{BeginOutcome, BeginRequest};
-use chpart_protocol::ledger::{Mode, Visibility};
-use chpart_protocol::store::Ledger;
-use chpart_protocol::FailureKind;
-use chpart_server::retry::Retrying;
-use chpart_server::{Secret, Server, ServerConfig, SharedServer};
+use chpart_protocol::ledger::Visibility;
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::exit::{self, Failure};
+use crate::exit::{self};
 
 /// Exactly-once loads into ClickHouse: build native MergeTree parts in the batch job, publish
 /// them into detached/ under attempt-scoped names, attach only the winners' parts.
@@ -126,8 +114,8 @@ pub enum Command {
     Load(LoadArgs),
     /// Maintain the ledger: `prune` deletes the entries of loads finished long ago, keeping a
     /// tombstone of each.
-    Ledger(crate::ledger::LedgerArgs),
-    /// Resolve the config from its sources (the file, CHPART_CONFIG_TOML, CHPART_<SECTION>_<KEY>
+    Ledger(LedgerArgs),
+    /// Resolve the config from its sources (the file, `CHPART_CONFIG_TOML`, `CHPART_<SECTION>_<KEY>`
     /// variables), validate it (reading the password from its file or variable) and print it
     /// with every default filled in, as TOML or JSON. It never holds a secret: only where the
     /// password is (password_file, password_env). Relative paths stay relative. The Spark
@@ -273,7 +261,7 @@ pub struct CommitArgs {
 pub struct ConfigArg {
     /// The chpart config file (TOML; see deploy/chpart.example.toml). Optional: the config is
     /// this file, then the TOML document in CHPART_CONFIG_TOML merged over it, then
-    /// CHPART_<SECTION>_<KEY> variables (later sources win).
+    /// `CHPART_<SECTION>_<KEY>` variables (later sources win).
     #[arg(long, env = "CHPART_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -431,254 +419,103 @@ impl From<VerifyArg> for Option<chpart_protocol::observe::Verify> {
     }
 }
 
-pub fn run(cli: Cli) -> Result<ExitCode, Failure> {
-    match cli.command {
-        Command::Begin(args) => run_begin(args),
-        Command::Build(args) => crate::build::run_build(args),
-        Command::Commit(args) => crate::driver::run_commit(args),
-        Command::Abort(args) => crate::driver::run_abort(args),
-        Command::Status(args) => crate::driver::run_status(args),
-        Command::Gc(args) => crate::driver::run_gc(args),
-        Command::Plan(args) => run_plan(args),
-        Command::Ledger(args) => crate::ledger::run_ledger(args),
-        Command::Load(args) => crate::load::run_load(args),
-        Command::Config(args) => run_config(args),
-    }
+#[derive(Debug, clap::Args)]
+pub struct LedgerArgs {
+    #[command(subcommand)]
+    pub command: LedgerCommand,
 }
 
-pub fn usage(e: impl Into<anyhow::Error>) -> Failure {
-    Failure::new(FailureKind::Usage, e)
+#[derive(Debug, clap::Subcommand)]
+pub enum LedgerCommand {
+    /// Delete the ledger entries of loads that finished (committed or aborted) before a bound
+    /// and that gc has recorded done, keeping a tombstone of each (its decision, its commit or
+    /// abort entry and gc's summary): a pruned load still fences late builds, refuses `begin`
+    /// (exit 5), answers a re-run of its commit and shows in `status`. Open loads and loads gc
+    /// has not finished are never pruned. Run `chpart gc` first; safe to run again.
+    #[command(after_help = exit::help())]
+    Prune(PruneArgs),
 }
 
-pub fn load_config(arg: &ConfigArg) -> Result<Config, Failure> {
-    Config::load(arg.config.as_deref(), std::env::vars()).map_err(usage)
+#[derive(Debug, clap::Args)]
+pub struct PruneArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Prune loads finished before this: an age (90d, 12h, 30m, 45s: that long before now, on
+    /// this machine's clock) or a UTC time (2026-01-01 or 2026-01-01T00:00:00Z), compared with
+    /// the server's write times.
+    #[arg(long, value_name = "AGE|TIME", value_parser = parse_before)]
+    pub finished_before: Before,
+    /// List what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
-/// The configured clickhouse-local.
-pub fn local_command(config: &Config) -> chpart_build::LocalCommand {
-    let local = &config.clickhouse_local;
-    chpart_build::LocalCommand::new(&local.command, local.timeout).with_args(&local.args)
+/// The bound of `--finished-before`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Before {
+    /// This many milliseconds before now.
+    Ago(u64),
+    /// This time, in ms since the epoch (UTC).
+    At(i64),
 }
 
-/// `chpart config`: resolve, validate, print the document (never a secret: the schema has no
-/// key for one).
-fn run_config(args: ConfigArgs) -> Result<ExitCode, Failure> {
-    let resolved = chpart_config::Resolved::load(args.config.config.as_deref(), std::env::vars())
-        .map_err(usage)?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&resolved.document).expect("a config serializes")
-        );
-    } else {
-        print!("{}", resolved.to_toml());
-    }
-    tracing::debug!("config from {}", resolved.sources.join(" + "));
-    Ok(exit::ok())
-}
-
-/// The ledger's server (`[clickhouse] url`).
-pub fn server_of(config: &Config) -> SharedServer {
-    server_at(config, &config.clickhouse.url)
-}
-
-/// The server at `url`, with the configured user, password and timeout; transient faults of
-/// what may be repeated are retried within `[retry] deadline_secs`.
-pub fn server_at(config: &Config, url: &str) -> SharedServer {
-    let ch = &config.clickhouse;
-    let server = Arc::new(Server::new(&ServerConfig {
-        url: url.to_owned(),
-        user: ch.user.clone(),
-        password: ch.password.as_ref().map(|p| Secret::new(p.expose())),
-        request_timeout: ch.request_timeout,
-    }));
-    Arc::new(Retrying::new(
-        server,
-        RetryPolicy::within(config.retry_deadline),
-    ))
-}
-
-pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("start the async runtime")
-        .map_err(|e| Failure::new(FailureKind::Permanent, e))
-}
-
-/// This host's clickhouse-local version, recorded by `begin` for operators. The driver need
-/// not have one (executors build), so failing to run it is only logged.
-pub fn local_version(config: &Config) -> Option<String> {
-    match local_command(config).identify() {
-        Ok(id) => Some(id.version),
-        Err(e) => {
-            tracing::warn!("not recording a clickhouse-local version: {e}");
-            None
+impl Before {
+    pub fn unix_ms(self, now_ms: u64) -> i64 {
+        match self {
+            Before::Ago(ms) => i64::try_from(now_ms.saturating_sub(ms)).unwrap_or(i64::MAX),
+            Before::At(ms) => ms,
         }
     }
 }
 
-/// The config's staging roots, as `begin` resolves them per disk.
-pub fn staging_roots(config: &Config) -> Result<StagingRoots, Failure> {
-    let path = |key: &str, p: &str| {
-        RemotePath::new(p)
-            .with_context(|| key.to_owned())
-            .map_err(usage)
-    };
-    Ok(StagingRoots {
-        single: path("staging.root", &config.staging_root)?,
-        per_disk: config
-            .staging_disk_roots
-            .iter()
-            .map(|(disk, root)| {
-                Ok((
-                    disk.clone(),
-                    path(&format!("staging.disk_roots.{disk}"), root)?,
-                ))
-            })
-            .collect::<Result<_, Failure>>()?,
-    })
+/// `90d`-style ages ([`parse_duration_ms`]) or UTC times `YYYY-MM-DD[THH:MM:SSZ]`.
+pub fn parse_before(text: &str) -> Result<Before, String> {
+    let text = text.trim();
+    if text.len() >= 10 && text.as_bytes()[4] == b'-' {
+        return chpart_core::time::parse_utc_ms(text)
+            .map(Before::At)
+            .ok_or_else(|| {
+                format!("{text:?} is not a UTC time like 2026-01-01 or 2026-01-01T00:00:00Z")
+            });
+    }
+    parse_duration_ms(text)
+        .map(Before::Ago)
+        .map_err(|e| format!("{e}, or a UTC time like 2026-01-01 or 2026-01-01T00:00:00Z"))
 }
 
-fn run_plan(args: PlanArgs) -> Result<ExitCode, Failure> {
-    let table: TableRef = args.table.parse().context("--table").map_err(usage)?;
-    let config = load_config(&args.config)?;
-    let server = server_of(&config);
-    let host_name = config.clickhouse.host_name.clone();
-    let reach = crate::build::ConfigReach::new(config);
-    let topology = runtime()?
-        .block_on(chpart_protocol::api::plan(
-            server.as_ref(),
-            &reach,
-            &table,
-            &host_name,
-        ))
-        .map_err(|e| Failure::new(e.kind(), e))?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&topology).expect("a topology serializes")
-        );
-    } else {
-        println!("{} ({})", topology.table, topology.engine);
-        if let (Some(cluster), Some(local)) = (&topology.cluster, &topology.local) {
-            println!(
-                "  cluster {cluster}, local table {local}, sharding key {} ({})",
-                topology.sharding_key.as_deref().unwrap_or("none"),
-                topology.key_type.as_deref().unwrap_or("?")
-            );
-            if let Some(routing) = &topology.routing {
-                println!("  shard of a row: {routing}");
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_parse_as_ages_or_utc_times() {
+        let rows: &[(&str, Result<Before, ()>)] = &[
+            ("90d", Ok(Before::Ago(90 * 86_400_000))),
+            ("12h", Ok(Before::Ago(12 * 3_600_000))),
+            ("45", Ok(Before::Ago(45_000))),
+            ("1970-01-01", Ok(Before::At(0))),
+            ("2026-01-01", Ok(Before::At(1_767_225_600_000))),
+            ("2024-02-29T23:59:59Z", Ok(Before::At(1_709_251_199_000))),
+            ("2026-12-01T09:00:00Z", Ok(Before::At(1_796_115_600_000))),
+            ("2025-02-29", Err(())),
+            ("2026-13-01", Err(())),
+            ("2026-01-01T25:00:00Z", Err(())),
+            ("2026-01-01T09:00:00", Err(())),
+            ("2026-1-1x", Err(())),
+            ("ninety days", Err(())),
+            ("10y", Err(())),
+        ];
+        for (text, want) in rows {
+            let got = parse_before(text);
+            match want {
+                Ok(want) => assert_eq!(got.as_ref(), Ok(want), "{text}"),
+                Err(()) => assert!(got.is_err(), "{text}: {got:?}"),
             }
         }
-        for h in &topology.hosts {
-            println!(
-                "  shard {} weight {}: {} at {} ({}), filesystem {}",
-                h.shard_num,
-                h.weight,
-                h.host,
-                h.url,
-                h.version
-                    .as_deref()
-                    .map_or("server not reachable".to_owned(), |v| format!(
-                        "ClickHouse {v}"
-                    )),
-                if h.filesystem_reachable {
-                    "reachable"
-                } else {
-                    "NOT reachable"
-                }
-            );
-            for d in &h.disks {
-                println!(
-                    "    disk {}: data {}, staging {}",
-                    d.disk, d.data_path, d.staging_root
-                );
-            }
-            for p in &h.problems {
-                println!("    PROBLEM: {p}");
-            }
-        }
-        for p in &topology.problems {
-            println!("  PROBLEM: {p}");
-        }
-        if topology.ready() {
-            println!("  ready: a load can begin");
-        }
+        assert_eq!(Before::Ago(1000).unix_ms(5000), 4000);
+        assert_eq!(Before::At(7).unix_ms(5000), 7);
     }
-    if topology.ready() {
-        Ok(exit::ok())
-    } else if topology
-        .hosts
-        .iter()
-        .any(|h| h.version.is_none() || !h.filesystem_reachable)
-    {
-        Err(Failure::new(
-            FailureKind::Retryable,
-            anyhow::anyhow!("{}: a host does not answer (see above)", topology.table),
-        ))
-    } else {
-        Err(Failure::new(
-            FailureKind::Permanent,
-            anyhow::anyhow!("{}: cannot be loaded as it is (see above)", topology.table),
-        ))
-    }
-}
-
-fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
-    let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
-    let target: TableRef = args.table.parse().context("--table").map_err(usage)?;
-    let config = load_config(&args.config)?;
-    let request = BeginRequest {
-        load,
-        target,
-        mode: match args.mode {
-            ModeArg::Append => Mode::Append,
-            ModeArg::Replace => Mode::Replace,
-        },
-        visibility: args.visibility.into(),
-        host: config.clickhouse.host_name.clone(),
-        allow_materialized_views: args.allow_materialized_views,
-        clickhouse_local_version: local_version(&config),
-        staging: staging_roots(&config)?,
-        shard_of: None,
-        inputs: None,
-    };
-    let ledger = Ledger::new(server_of(&config), &config.ledger_database);
-    let reach = crate::build::ConfigReach::new(config.clone());
-    let outcome = runtime()?
-        .block_on(begin_load(&ledger, &reach, &request))
-        .map_err(|e| Failure::new(e.kind(), e))?;
-    let spec = outcome.spec();
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(spec).expect("a LoadSpec serializes")
-        );
-    }
-    let what = match outcome {
-        BeginOutcome::Opened(_) => "opened",
-        BeginOutcome::AlreadyOpen(_) => "already open (no change)",
-    };
-    let disks = spec
-        .publish_disks
-        .iter()
-        .map(|d| {
-            format!(
-                "disk {} at {}, staging {}",
-                d.disk, d.data_path, d.staging_root
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ");
-    tracing::info!(
-        "load {} {what}: table {}, mode {}, visibility {}, executors publish into {} ({disks})",
-        spec.load,
-        spec.target,
-        spec.mode,
-        spec.visibility,
-        spec.publish,
-    );
-    Ok(exit::ok())
 }

@@ -2,11 +2,9 @@
 //! and maps its errors to documented exit codes. Nothing else lives here.
 
 mod args;
-mod build;
-mod driver;
+mod commands;
+mod context;
 mod exit;
-mod ledger;
-mod load;
 mod report;
 mod timeline;
 
@@ -31,7 +29,7 @@ fn main() -> ExitCode {
     }
     init_logging(cli.verbose, &reporting);
     let command = cli.command_name();
-    let result = args::run(cli);
+    let result = run(cli);
     if let Err(e) = reporting.finish(command, result.is_ok()) {
         eprintln!("chpart: warning: {e}");
     }
@@ -74,4 +72,21 @@ fn init_logging(verbose: u8, reporting: &Arc<report::Reporting>) {
         tracing_subscriber::filter::filter_fn(|meta| meta.target() == chpart_core::events::TARGET),
     );
     tracing_subscriber::registry().with(logs).with(steps).init();
+}
+
+/// Runs the command.
+fn run(cli: args::Cli) -> Result<ExitCode, exit::Failure> {
+    use args::Command;
+    match cli.command {
+        Command::Begin(args) => commands::begin::run_begin(args),
+        Command::Build(args) => commands::build::run_build(args),
+        Command::Commit(args) => commands::commit::run_commit(args),
+        Command::Abort(args) => commands::abort::run_abort(args),
+        Command::Status(args) => commands::status::run_status(args),
+        Command::Gc(args) => commands::gc::run_gc(args),
+        Command::Plan(args) => commands::plan::run_plan(args),
+        Command::Ledger(args) => commands::ledger::run_ledger(args),
+        Command::Load(args) => commands::load::run_load(args),
+        Command::Config(args) => commands::config::run_config(args),
+    }
 }

@@ -1,22 +1,103 @@
-//! `chpart build`: wiring the executor side's pieces from the config and arguments.
+//! What every command works with, made once from the validated config: the servers (the
+//! ledger's and each host's, with retries), how each host's filesystem is reached, the staging
+//! roots, clickhouse-local, the async runtime; the executor's context for builds and the
+//! driver's for commit, abort, status and gc.
 
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
 use chpart_config::{Config, HostSettings, Transport};
 use chpart_core::retry::RetryPolicy;
-use chpart_core::{Attempt, AttemptId, LoadId, Manifest, RemotePath, StagingLayout, StagingRoots};
-use chpart_protocol::build::{build, BuildEnv, BuildRequest, Input, LedgerDirectory};
+use chpart_core::{RemotePath, StagingLayout, StagingRoots};
+use chpart_protocol::build::{BuildEnv, LedgerDirectory};
 use chpart_protocol::reach::Reach;
 use chpart_protocol::store::Ledger;
 use chpart_protocol::FailureKind;
 use chpart_remote::retry::{Connector, Reconnecting};
 use chpart_remote::{LocalFs, RemoteError, RemoteFs, SftpConfig, SftpFs};
-use chpart_server::SharedServer;
+use chpart_server::retry::Retrying;
+use chpart_server::{Secret, Server, ServerConfig, SharedServer};
 
-use crate::args::{load_config, runtime, server_at, server_of, usage, BuildArgs};
-use crate::exit::{self, Failure};
+use crate::args::ConfigArg;
+use crate::exit::Failure;
+
+pub fn usage(e: impl Into<anyhow::Error>) -> Failure {
+    Failure::new(FailureKind::Usage, e)
+}
+
+pub fn load_config(arg: &ConfigArg) -> Result<Config, Failure> {
+    Config::load(arg.config.as_deref(), std::env::vars()).map_err(usage)
+}
+
+/// The configured clickhouse-local.
+pub fn local_command(config: &Config) -> chpart_build::LocalCommand {
+    let local = &config.clickhouse_local;
+    chpart_build::LocalCommand::new(&local.command, local.timeout).with_args(&local.args)
+}
+
+/// The ledger's server (`[clickhouse] url`).
+pub fn server_of(config: &Config) -> SharedServer {
+    server_at(config, &config.clickhouse.url)
+}
+
+/// The server at `url`, with the configured user, password and timeout; transient faults of
+/// what may be repeated are retried within `[retry] deadline_secs`.
+pub fn server_at(config: &Config, url: &str) -> SharedServer {
+    let ch = &config.clickhouse;
+    let server = Arc::new(Server::new(&ServerConfig {
+        url: url.to_owned(),
+        user: ch.user.clone(),
+        password: ch.password.as_ref().map(|p| Secret::new(p.expose())),
+        request_timeout: ch.request_timeout,
+    }));
+    Arc::new(Retrying::new(
+        server,
+        RetryPolicy::within(config.retry_deadline),
+    ))
+}
+
+pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("start the async runtime")
+        .map_err(|e| Failure::new(FailureKind::Permanent, e))
+}
+
+/// This host's clickhouse-local version, recorded by `begin` for operators. The driver need
+/// not have one (executors build), so failing to run it is only logged.
+pub fn local_version(config: &Config) -> Option<String> {
+    match local_command(config).identify() {
+        Ok(id) => Some(id.version),
+        Err(e) => {
+            tracing::warn!("not recording a clickhouse-local version: {e}");
+            None
+        }
+    }
+}
+
+/// The config's staging roots, as `begin` resolves them per disk.
+pub fn staging_roots(config: &Config) -> Result<StagingRoots, Failure> {
+    let path = |key: &str, p: &str| {
+        RemotePath::new(p)
+            .with_context(|| key.to_owned())
+            .map_err(usage)
+    };
+    Ok(StagingRoots {
+        single: path("staging.root", &config.staging_root)?,
+        per_disk: config
+            .staging_disk_roots
+            .iter()
+            .map(|(disk, root)| {
+                Ok((
+                    disk.clone(),
+                    path(&format!("staging.disk_roots.{disk}"), root)?,
+                ))
+            })
+            .collect::<Result<_, Failure>>()?,
+    })
+}
 
 /// The configured server's filesystem.
 pub fn remote_fs(config: &Config) -> Result<Arc<dyn RemoteFs>, Failure> {
@@ -26,7 +107,7 @@ pub fn remote_fs(config: &Config) -> Result<Arc<dyn RemoteFs>, Failure> {
     Ok(connections.remove(0))
 }
 
-fn remote_failure(e: RemoteError) -> Failure {
+pub fn remote_failure(e: RemoteError) -> Failure {
     let kind = if e.is_transient() {
         FailureKind::Retryable
     } else {
@@ -171,7 +252,7 @@ impl Executor {
                 Transport::Sftp(ssh) => ssh.upload_connections,
                 Transport::Local => 1,
             },
-            local: crate::args::local_command(&config),
+            local: local_command(&config),
             work_parent: config.clickhouse_local.work_dir.clone(),
             spool_chunk_bytes: config.clickhouse_local.spool_chunk_bytes,
             staging,
@@ -193,101 +274,45 @@ impl Executor {
     }
 }
 
-/// Makes this process die with its parent (the Spark Python worker): a killed task must not
-/// leave a builder running. If the parent is already gone, stop now.
-fn die_with_parent() -> Result<(), Failure> {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid have no memory-safety preconditions.
-    let (rc, parent) = unsafe {
-        (
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL),
-            libc::getppid(),
-        )
-    };
-    if rc != 0 {
-        let err =
-            anyhow::Error::new(std::io::Error::last_os_error()).context("prctl(PR_SET_PDEATHSIG)");
-        return Err(Failure::new(FailureKind::Permanent, err));
-    }
-    if parent == 1 {
-        return Err(Failure::new(
-            FailureKind::Permanent,
-            anyhow::anyhow!("the parent process is already gone"),
-        ));
-    }
-    Ok(())
+/// The ledger, the server's filesystem and the staging layout of a config.
+pub struct DriverEnv {
+    pub rt: tokio::runtime::Runtime,
+    pub ledger: Ledger,
+    pub fs: std::sync::Arc<dyn chpart_remote::RemoteFs>,
+    pub staging: StagingLayout,
+    pub reach: ConfigReach,
+    /// The configured server's host name, whose filesystem `fs` is.
+    pub host: String,
+    /// Connections `commit` verifies over (`fs` and more from `reach`).
+    pub verify_connections: usize,
+    pub retry_deadline: std::time::Duration,
 }
 
-/// This machine's host name (`gethostname`), or `?` if it has none.
-fn this_host() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or fails.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "?".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+pub fn driver_env(config: &crate::args::ConfigArg) -> Result<DriverEnv, Failure> {
+    driver_env_of(load_config(config)?)
 }
 
-pub fn run_build(args: BuildArgs) -> Result<ExitCode, Failure> {
-    if args.die_with_parent {
-        die_with_parent()?;
-    }
-    let load: LoadId = args.load.parse().context("--load").map_err(usage)?;
-    let id: AttemptId = args.attempt.parse().context("--attempt").map_err(usage)?;
-    let attempt = Attempt {
-        id,
-        partition: args.partition,
-        stage: args.stage,
-        stage_attempt: args.stage_attempt,
-        attempt_number: args.attempt_number,
-    };
-    let input = match args.input.as_slice() {
-        [one] if one.as_os_str() == "-" => Input::ArrowStream(Box::new(std::io::stdin())),
-        paths if paths.iter().any(|p| p.as_os_str() == "-") => {
-            return Err(usage(anyhow::anyhow!(
-                "--input - (stdin) cannot be combined with files"
-            )))
-        }
-        paths => Input::Parquet(paths.to_vec()),
-    };
-    let executor = Executor::new(load_config(&args.config)?)?;
-    let env = executor.env();
-    // The host is named: on Spark an executor's clickhouse-local (missing, too new) or its
-    // files are what an operator goes to fix.
-    let context = format!(
-        "load {load} attempt {} (partition {}) on host {}",
-        attempt.id,
-        attempt.partition,
-        this_host()
-    );
-    let request = BuildRequest {
-        load,
-        attempt,
-        input,
-        merge: args.merge,
-    };
-    let report = build(&env, request).map_err(|e| {
-        let kind = e.kind();
-        Failure::new(kind, anyhow::Error::new(e).context(context.clone()))
-    })?;
-    let t = &report.timings;
-    let m = &report.manifests;
-    tracing::info!(
-        "{context}: published {} part(s), {} rows, {:.1} MB{} (build {:.2}s, digest {:.2}s, upload {:.2}s, publish {:.2}s)",
-        m.iter().map(|m| m.parts.len()).sum::<usize>(),
-        m.iter().map(Manifest::total_rows).sum::<u64>(),
-        t.bytes as f64 / 1e6,
-        if m.len() > 1 {
-            format!(" on {} shards", m.len())
-        } else {
-            String::new()
+pub fn driver_env_of(config: chpart_config::Config) -> Result<DriverEnv, Failure> {
+    let staging = StagingLayout::new(&config.staging_root)
+        .context("staging.root")
+        .map_err(usage)?;
+    Ok(DriverEnv {
+        retry_deadline: config.retry_deadline,
+        rt: runtime()?,
+        ledger: Ledger::new(server_of(&config), &config.ledger_database),
+        fs: remote_fs(&config)?,
+        staging,
+        host: config.clickhouse.host_name.clone(),
+        verify_connections: match &config.transport {
+            chpart_config::Transport::Sftp(ssh) => ssh.verify_connections,
+            // Local files: listing and hashing them is no round trip.
+            chpart_config::Transport::Local => 1,
         },
-        t.build_secs,
-        t.digest_secs,
-        t.upload_secs,
-        t.publish_secs
-    );
-    println!("{}", report.line);
-    Ok(exit::ok())
+        reach: ConfigReach::new(config),
+    })
+}
+
+pub fn cleanup_failure(e: chpart_protocol::cleanup::CleanupError) -> Failure {
+    let kind = e.kind();
+    Failure::new(kind, e)
 }

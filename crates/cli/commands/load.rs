@@ -35,9 +35,9 @@ use chpart_protocol::ledger::{LoadInputs, LoadState, Mode, STDIN_DIGEST};
 use chpart_protocol::FailureKind;
 use serde::Serialize;
 
-use crate::args::{load_config, usage, LoadArgs, ModeArg};
-use crate::build::Executor;
-use crate::driver::{self, DriverEnv};
+use crate::args::{LoadArgs, ModeArg};
+use crate::commands::{commit, gc};
+use crate::context::{load_config, usage, DriverEnv, Executor};
 use crate::exit::{self, Failure};
 
 /// Input bytes one build takes at most, unless fewer builds than `--jobs` would result: a
@@ -94,7 +94,7 @@ pub fn run_load(args: LoadArgs) -> Result<ExitCode, Failure> {
         .join(load.as_str());
     let sources = resolve(&args.input, jobs)?;
     let inputs = sources.inputs(jobs);
-    let driver = driver::driver_env_of(config.clone())?;
+    let driver = crate::context::driver_env_of(config.clone())?;
     let view = driver
         .rt
         .block_on(driver.ledger.view(&load, chpart_protocol::KNOWN_KINDS))
@@ -125,8 +125,8 @@ pub fn run_load(args: LoadArgs) -> Result<ExitCode, Failure> {
                 visibility: args.visibility.into(),
                 host: config.clickhouse.host_name.clone(),
                 allow_materialized_views: args.allow_materialized_views,
-                clickhouse_local_version: crate::args::local_version(&config),
-                staging: crate::args::staging_roots(&config)?,
+                clickhouse_local_version: crate::context::local_version(&config),
+                staging: crate::context::staging_roots(&config)?,
                 shard_of: None,
                 inputs: Some(inputs.clone()),
             };
@@ -220,7 +220,7 @@ fn finish(driver: &DriverEnv, args: &LoadArgs, f: Finish) -> Result<ExitCode, Fa
         None => (None, None),
     };
     crash_point("load-before-commit");
-    let outcome = driver::commit(
+    let outcome = commit::commit(
         driver,
         CommitRequest {
             load: f.load.clone(),
@@ -232,9 +232,9 @@ fn finish(driver: &DriverEnv, args: &LoadArgs, f: Finish) -> Result<ExitCode, Fa
             prepare_only: false,
         },
     )?;
-    driver::log_committed(&outcome);
+    commit::log_committed(&outcome);
     crash_point("load-before-gc");
-    let report = driver::gc(driver, None, false, false)?;
+    let report = gc::gc(driver, None, false, false)?;
     let gc_removed = report.removed.iter().map(|(_, r)| r.len()).sum();
     remove_state(&f.load, &f.state_dir);
     let s = &outcome.summary;
