@@ -28,23 +28,31 @@ final class Chpart implements Serializable {
   private static final Pattern ANSI = Pattern.compile("\u001b\\[[0-9;]*[A-Za-z]");
 
   private final String binary;
+  private final String embeddedSha256;
   private final String config;
   private final Map<String, String> extraEnv;
 
   /**
    * @param binary the chpart binary, a path valid on the driver and every executor or a name on
-   *     their PATH
+   *     their PATH; null: the one the jar carries
+   * @param embeddedSha256 with binary null, the sha256 of the jar's binary the driver chose: each
+   *     JVM extracts its own jar's ({@link EmbeddedChpart}) and refuses another one
    * @param config the chpart config file, at the same path everywhere
    * @param extraEnv variables added to every run's environment (the {@code env.*} options)
    */
-  Chpart(String binary, String config, Map<String, String> extraEnv) {
+  Chpart(String binary, String embeddedSha256, String config, Map<String, String> extraEnv) {
+    if ((binary == null) == (embeddedSha256 == null)) {
+      throw new IllegalArgumentException("a chpart binary, or the sha256 of the jar's, and not both");
+    }
     this.binary = binary;
+    this.embeddedSha256 = embeddedSha256;
     this.config = config;
     this.extraEnv = Map.copyOf(extraEnv);
   }
 
+  /** The binary to run in this JVM (the jar's is extracted on first use). */
   String binary() {
-    return binary;
+    return binary != null ? binary : EmbeddedChpart.path(embeddedSha256).toString();
   }
 
   String config() {
@@ -62,7 +70,7 @@ final class Chpart implements Serializable {
 
   List<String> argv(String command, List<String> args) {
     List<String> argv = new ArrayList<>();
-    argv.add(binary);
+    argv.add(binary());
     argv.add(command);
     argv.add("--config");
     argv.add(config);
@@ -78,7 +86,7 @@ final class Chpart implements Serializable {
       proc = pb.start();
     } catch (IOException e) {
       throw new ChpartException(
-          command, 127, "cannot run " + binary + ": " + e.getMessage(), pb.command(), context);
+          command, 127, "cannot run " + pb.command().get(0) + ": " + e.getMessage(), pb.command(), context);
     }
     try {
       proc.getOutputStream().close();

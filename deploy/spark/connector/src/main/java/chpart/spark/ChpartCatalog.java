@@ -74,7 +74,9 @@ public final class ChpartCatalog implements TableCatalog, FunctionCatalog {
   static String register(SparkSession session, ChpartOptions o) {
     TreeMap<String, String> conf = new TreeMap<>();
     conf.put("config", o.config);
-    conf.put("chpart", o.chpart);
+    if (o.chpart != null) { // else the jar's own binary, which the catalog's options resolve to again
+      conf.put("chpart", o.chpart);
+    }
     o.env.forEach((k, v) -> conf.put(ChpartOptions.ENV_PREFIX + k, v));
     String name = "chpart_" + sha256(conf.toString()).substring(0, 12);
     RuntimeConfig runtime = session.conf();
