@@ -197,7 +197,8 @@ def test_connector_with_no_chpart_on_any_path_loads_exactly_once_under_a_retry_a
     events_dir.mkdir()
     local_dir.mkdir()
     out = tmp_path / "embedded-job.json"
-    argv = [sys.executable, os.path.join(HERE, "embedded_job.py"), "--config", chpart_config, "--table", TABLE,
+    argv = [sys.executable, os.path.join(HERE, "embedded_job.py"), "--via", "connector", "--config", chpart_config,
+            "--table", TABLE,
             "--load", load, "--rows", str(ROWS), "--event-dir", str(events_dir), "--local-dir", str(local_dir),
             "--jars", f"{connector_jar},{test_classes}", "--marker", str(marker),
             "--executor-path", SCRUBBED_PATH, "--out", str(out)]
@@ -239,5 +240,104 @@ def test_connector_with_no_chpart_on_any_path_loads_exactly_once_under_a_retry_a
     assert {os.path.basename(p) for p in copies} == {f"chpart-{sha[:16]}"}, copies
     assert [p for p in copies if "/executor-" in p] and [p for p in copies if "/executor-" not in p], \
         f"the driver and the executors each extract their own copy: {copies}"
+    assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
+    assert_exactly_once(clickhouse, TABLE, source)
+
+
+@pytest.fixture(scope="module")
+def wheel_install(connector_jar, tmp_path_factory):
+    """deploy/spark/build-wheel.sh carrying the jar's binary (CHPART_EMBED: the same bytes), then
+    `pip install --target` of that wheel: (the install directory, the wheel's path)."""
+    base = tmp_path_factory.mktemp("wheel")
+    binary = base / "chpart"
+    extract_from_jar(connector_jar, binary)
+    build = subprocess.run(["bash", str(ROOT / "deploy" / "spark" / "build-wheel.sh")], capture_output=True,
+                           text=True, timeout=600, env={**os.environ, "CHPART_EMBED": str(binary),
+                                                        "OUT_DIR": str(base / "dist")})
+    assert build.returncode == 0, f"build-wheel.sh failed ({build.returncode}):\n{build.stdout}\n{build.stderr}"
+    wheel = build.stdout.strip().splitlines()[-1]
+    target = base / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                          "--target", str(target), wheel], capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 0, f"pip install {wheel} failed:\n{pip.stdout}\n{pip.stderr}"
+    return target, wheel
+
+
+def wheel_python(target, code):
+    """`code` run by this interpreter with chpart_spark from the wheel's install directory, no
+    chpart on PATH and no $CHPART_BIN."""
+    env = {**scrubbed_env(), "PYTHONPATH": str(target)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_the_wheel_carries_the_jars_binary_and_chpart_spark_finds_and_checks_it(connector_jar, wheel_install,
+                                                                                 tmp_path):
+    """(5) The wheel is tagged for build-portable.sh's glibc floor and carries the jar's bytes;
+    installed, chpart_spark resolves its own binary when no chpart is named and none is on PATH,
+    and refuses it, naming the path, once the file is changed."""
+    target, wheel = wheel_install
+    _, sha, version = embedded(connector_jar)
+    floor = glibc_floor().replace(".", "_")
+    assert os.path.basename(wheel) == f"chpart_spark-0.1.0-py3-none-manylinux_{floor}_x86_64.whl", wheel
+    binary = target / "chpart_spark" / "bin" / "chpart"
+    assert sha256_of(binary) == sha and os.access(binary, os.X_OK)
+    found = wheel_python(target, "from chpart_spark import _cli\n"
+                                 "print(_cli.resolve_binary()); print(_cli.checked_package_binary(%r))" % sha)
+    assert found.returncode == 0 and found.stdout.split() == [str(binary)] * 2, (found.stdout, found.stderr)
+    ran = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=True)
+    assert ran.stdout.strip() == version
+
+    changed = tmp_path / "site"
+    shutil.copytree(target, changed)
+    with open(changed / "chpart_spark" / "bin" / "chpart", "ab") as f:
+        f.write(b"\0")
+    refused = wheel_python(changed, "from chpart_spark import _cli\n_cli.checked_package_binary()")
+    assert refused.returncode != 0, refused.stdout
+    assert f"{changed / 'chpart_spark' / 'bin' / 'chpart'} on host " in refused.stderr, refused.stderr
+    assert f"the wheel recorded {sha}: the file was changed after it was installed" in refused.stderr, refused.stderr
+
+
+def test_pyspark_with_the_wheel_only_loads_exactly_once_under_a_retry_after_publish(
+        clickhouse, chpart_config, chpart_bin, connector_jar, wheel_install, tmp_path):
+    """(5) PySpark on local-cluster[2,1,1024], chpart_spark imported from the wheel's install on
+    the driver and in the executors' Python workers, no chpart on any PATH, no $CHPART_BIN, no
+    chpart argument: chpart_spark.write(via="python") runs the wheel's binary (each task checks
+    its install's against the driver's sha256). The first attempt of partition 1 fails after it
+    published; the retry wins and the table holds exactly the source rows."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    target, _ = wheel_install
+    load = "wheel-load"
+    events_dir, local_dir, marker = tmp_path / "spark-events", tmp_path / "spark-local", tmp_path / "failed.json"
+    events_dir.mkdir()
+    local_dir.mkdir()
+    out = tmp_path / "wheel-job.json"
+    argv = [sys.executable, os.path.join(HERE, "embedded_job.py"), "--via", "wheel", "--wheel-dir", str(target),
+            "--config", chpart_config, "--table", TABLE, "--load", load, "--rows", str(ROWS), "--event-dir",
+            str(events_dir), "--local-dir", str(local_dir), "--marker", str(marker), "--executor-path",
+            SCRUBBED_PATH, "--out", str(out)]
+    log = tmp_path / "wheel-job.log"
+    code = run_logged(argv, log, JOB_TIMEOUT, "the wheel job", env={**scrubbed_env(), "PYTHONPATH": str(target)})
+    result = json.loads(out.read_text()) if out.exists() else {}
+    assert code == 0 and result.get("error") is None, \
+        f"the job failed (exit {code}):\n{result.get('error')}\n{log.read_text()[-6000:]}"
+    assert result["chpart_spark"].startswith(str(target)), result["chpart_spark"]
+    assert result["driver_binary"] == str(target / "chpart_spark" / "bin" / "chpart"), result
+
+    app, events = result["application_id"], result["event_dir"]
+    failed = json.loads(marker.read_text())
+    tasks = eventlog.tasks(events, app)
+    why = eventlog.describe(tasks)
+    [lost] = [t for t in tasks if t["task_id"] == failed["task_attempt_id"]]
+    assert (lost["partition"], lost["attempt"], lost["success"]) == (1, 0, False), why
+    assert "InjectedFailure" in lost["message"] or "after it published" in lost["message"], why
+    winners = dict(map(tuple, result["summary"]["winners"]))
+    assert sorted(winners) == [0, 1, 2, 3] and winners[1] != failed["attempt"], result["summary"]
+    entry = load_status(chpart_config, chpart_bin, load)
+    attempts = {a["attempt"]: a for a in entry["attempts"]}
+    assert attempts[failed["attempt"]]["completed"] is True and attempts[failed["attempt"]]["won"] is False, entry
+    source = Checksum(result["source_rows"], int(result["source_sum"]))
+    assert source.rows == ROWS
+    assert_exactly_once(clickhouse, TABLE, source)
     assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
     assert_exactly_once(clickhouse, TABLE, source)
