@@ -25,7 +25,7 @@ step "cargo test (unit, protocol and real-component tiers)"
 cargo test --workspace --locked
 
 step "portable chpart (deploy/spark/build-portable.sh: cargo zigbuild, glibc 2.17, OpenSSL linked in)"
-# Built once here (cold: about 6 CPU-minutes on 2 cores, 12 min wall on a loaded machine); the
+# Built once here (cold: about 12 CPU-minutes, 17 min wall on a loaded 2-core machine); the
 # connector jar and the wheel (tests/spark/test_embedded_chpart.py) reuse it through cargo's cache.
 time bash deploy/spark/build-portable.sh
 
