@@ -3,7 +3,7 @@
 
 1. the jar's binary is the portable build: no GLIBC symbol above build-portable.sh's floor, no
    libssl/libcrypto/libssh2/libz needed, its sha256 and `--version` as recorded in the jar, and
-   its version the driver's chpart's;
+   its version the driver's chpart's; it loads a file over SFTP through a real sshd;
 2. extraction (the connector's EmbeddedChpart): 8 threads in each of two JVMs racing into one
    directory leave exactly one file, written at most once per JVM; a third JVM writes nothing;
 3. an extracted binary changed on disk is refused, naming its path;
@@ -341,3 +341,62 @@ def test_pyspark_with_the_wheel_only_loads_exactly_once_under_a_retry_after_publ
     assert_exactly_once(clickhouse, TABLE, source)
     assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
     assert_exactly_once(clickhouse, TABLE, source)
+
+
+def test_the_jars_binary_loads_over_sftp(clickhouse, connector_jar, tmp_path):
+    """(1) The jar's binary over SFTP (its OpenSSL and libssh2 are the ones linked in): begin, a
+    build of a Parquet file uploaded through a real OpenSSH sshd (deploy/sshd.sh, host key
+    checked against known_hosts), commit; exactly the file's rows are loaded."""
+    from conftest import free_port
+    from datasets import write_events_parquet
+
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    binary = tmp_path / "chpart"
+    extract_from_jar(connector_jar, binary)
+    sshd_dir, port = tmp_path / "sshd", free_port()
+    sshd = ROOT / "deploy" / "sshd.sh"
+    started = subprocess.run(["bash", str(sshd), "start", "--dir", str(sshd_dir), "--port", str(port)],
+                             capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, f"deploy/sshd.sh start failed:\n{started.stdout}\n{started.stderr}"
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        config = tmp_path / "chpart-sftp.toml"
+        config.write_text(
+            "[clickhouse]\n"
+            f'url = "{clickhouse.url}"\n'
+            "[transport]\n"
+            'kind = "sftp"\n'
+            "[ssh]\n"
+            'host = "127.0.0.1"\n'
+            f"port = {port}\n"
+            f'user = "{os.environ.get("USER") or "root"}"\n'
+            f'identity_file = "{sshd_dir / "client_key"}"\n'
+            f'known_hosts = "{sshd_dir / "known_hosts"}"\n'
+            "[clickhouse_local]\n"
+            f'command = "{ROOT / "deploy" / "clickhouse-local"}"\n'
+            f'work_dir = "{work}"\n'
+            "[staging]\n"
+            f'root = "{clickhouse.staging_root}"\n'
+            "[ledger]\n"
+            'database = "chpart"\n')
+        source = write_events_parquet(tmp_path / "input", 20_000, files=1)
+        env = scrubbed_env()
+
+        def chpart(*args, stdin=None):
+            run = subprocess.run([str(binary), *args, "--config", str(config)], capture_output=True, text=True,
+                                 timeout=300, env=env, input=stdin)
+            assert run.returncode == 0, f"chpart {args} failed ({run.returncode}):\n{run.stdout}\n{run.stderr}"
+            return run.stdout
+
+        chpart("begin", "--table", TABLE, "--load", "sftp-load")
+        manifest = chpart("build", "--load", "sftp-load", "--partition", "0", "--attempt", "sftp-load.a0",
+                          "--input", str(tmp_path / "input" / "part-0.parquet")).strip().splitlines()[-1]
+        assert json.loads(manifest)["parts"], manifest
+        chpart("commit", "--load", "sftp-load", "--winners", "-", "--partitions", "1", stdin=manifest + "\n")
+        assert_exactly_once(clickhouse, TABLE, source)
+        logins = (sshd_dir / "sshd.log").read_text().count("Accepted publickey")
+        assert logins >= 1, f"the build never logged in over SSH:\n{(sshd_dir / 'sshd.log').read_text()[-3000:]}"
+    finally:
+        subprocess.run(["bash", str(sshd), "stop", "--dir", str(sshd_dir)], capture_output=True, timeout=60)
