@@ -14,12 +14,16 @@
 #     deploy/spark/build-connector.sh, which compiles against the jars pyspark ships)
 #   - in the same .venv: moto[server]==5.2.5, a local S3 endpoint the tests use as an `s3` disk
 #     (crates/testenv/src/moto.rs)
+#   - in the same .venv: ziglang and cargo-zigbuild, which build the portable chpart (glibc 2.17)
+#     that the connector jar and the chpart_spark wheel carry (deploy/spark/build-portable.sh)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHDB_VERSION="26.9.0"
 PYSPARK_VERSION="4.3.0"
 PYTEST_VERSION="9.2.0"
 MOTO_VERSION="5.2.5"
+ZIGLANG_VERSION="0.17.1"
+CARGO_ZIGBUILD_VERSION="0.24.1"
 
 say() { printf '[install] %s\n' "$*"; }
 
@@ -74,8 +78,10 @@ pinned pytest "$PYTEST_VERSION" || want+=("pytest==$PYTEST_VERSION")
 if ! pinned moto "$MOTO_VERSION" || ! "$venv/bin/python" -c "import moto.server, flask, flask_cors" 2>/dev/null; then
   want+=("moto[server]==$MOTO_VERSION")
 fi
+pinned ziglang "$ZIGLANG_VERSION" || want+=("ziglang==$ZIGLANG_VERSION")
+pinned cargo-zigbuild "$CARGO_ZIGBUILD_VERSION" || want+=("cargo-zigbuild==$CARGO_ZIGBUILD_VERSION")
 if [ ${#want[@]} -gt 0 ]; then
-  say "pip install ${want[*]} (pyspark: about 450 MB, moto[server]: about 80 MB)"
+  say "pip install ${want[*]} (pyspark: about 450 MB, moto[server]: about 80 MB, ziglang: about 410 MB)"
   "$venv/bin/pip" install -q --disable-pip-version-check "${want[@]}"
 fi
 # chpart_spark from this checkout, editable (Spark's Python workers import it from the venv).
@@ -85,6 +91,7 @@ if ! "$venv/bin/python" -c "import chpart_spark, os, sys; sys.exit(os.path.realp
 fi
 say "ClickHouse engine: $("$root/deploy/clickhouse-local" --version)"
 say "Spark: pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)') on $(java -version 2>&1 | head -n1); $(javac -version 2>&1)"
+say "portable builds: zig $("$venv/bin/python" -m ziglang version), $("$venv/bin/cargo-zigbuild" --version)"
 say "S3 endpoint: moto $("$venv/bin/python" -c 'import moto; print(moto.__version__)')"
 say "sshd: $(/usr/sbin/sshd -V 2>&1 | head -n1 || true)"
 say "done"

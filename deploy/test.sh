@@ -45,7 +45,12 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 step "cargo test (unit, protocol and real-component tiers)"
 cargo test --workspace --locked
 
-step "JVM connector (deploy/spark/build-connector.sh: javac against pyspark's jars)"
+step "portable chpart (deploy/spark/build-portable.sh: cargo zigbuild, glibc 2.17, OpenSSL linked in)"
+# Built once here (cold: about 12 CPU-minutes, 17 min wall on a loaded 2-core machine); the
+# connector jar and the wheel (tests/spark/test_embedded_chpart.py) reuse it through cargo's cache.
+time bash deploy/spark/build-portable.sh
+
+step "JVM connector (deploy/spark/build-connector.sh: javac against pyspark's jars, the portable chpart inside)"
 connector_jar="$(bash deploy/spark/build-connector.sh)"
 
 step "Spark end-to-end tests (tests/spark: pyspark 4.3.0 + Java 17 against the real engine)"

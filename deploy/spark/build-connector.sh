@@ -2,8 +2,14 @@
 # Builds the JVM connector (Spark DataSource V2 `format("chpart")`, deploy/spark/connector) into
 # deploy/spark/connector/target/chpart-spark.jar (git-ignored), with the JDK's javac and jar
 # against the jars the pinned pyspark ships (Spark, Arrow, Jackson, slf4j): no Maven, no network.
-#   SPARK_JARS=<dir>  another Spark's jars directory (default: pyspark's, from .venv)
-#   OUT=<file>        another output path
+# The jar carries the portable chpart (deploy/spark/build-portable.sh, run here; a no-op when
+# cargo has built it) as chpart/linux-x86_64/chpart, with its sha256 and `--version` beside it
+# (chpart.sha256, chpart.version): the connector extracts and runs it when no chpart is named
+# (deploy/spark/README.md, "The chpart binary in the jar").
+#   SPARK_JARS=<dir>      another Spark's jars directory (default: pyspark's, from .venv)
+#   OUT=<file>            another output path
+#   CHPART_EMBED=<file>   embed this binary instead of building the portable one (its sha256 and
+#                         version are recorded the same way); CHPART_EMBED=none: a jar without one
 # Prints the jar's path on stdout.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,6 +35,18 @@ find "$src/java" -name '*.java' > "$work/sources"
 javac --release 17 -encoding UTF-8 -Xlint:all,-serial,-processing,-path,-classfile -Werror \
   -cp "$SPARK_JARS/*" -d "$work/classes" @"$work/sources"
 cp -R "$src/resources/." "$work/classes/"
+embed="${CHPART_EMBED:-}"
+if [ -z "$embed" ]; then
+  embed="$(bash "$here/build-portable.sh")"
+fi
+if [ "$embed" != none ]; then
+  [ -x "$embed" ] || { echo "build-connector: $embed (the chpart to embed) is not an executable file" >&2; exit 1; }
+  res="$work/classes/chpart/linux-x86_64"
+  mkdir -p "$res"
+  cp "$embed" "$res/chpart"
+  sha256sum "$res/chpart" | cut -d' ' -f1 > "$res/chpart.sha256"
+  "$res/chpart" --version > "$res/chpart.version"
+fi
 mkdir -p "$(dirname "$out")"
 jar --create --file "$work/chpart-spark.jar" -C "$work/classes" .
 mv "$work/chpart-spark.jar" "$out"

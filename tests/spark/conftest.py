@@ -63,7 +63,8 @@ def chpart_bin():
 @pytest.fixture(scope="session")
 def connector_jar():
     """The JVM connector's jar (`format("chpart")`): $TEST_CHPART_JAR (deploy/test.sh builds it
-    first), else built now by deploy/spark/build-connector.sh, so no test runs a stale jar."""
+    first), else built now by deploy/spark/build-connector.sh, so no test runs a stale jar (with
+    the portable chpart inside: a cold build-portable.sh takes minutes)."""
     path = os.environ.get("TEST_CHPART_JAR")
     if path:
         if not os.path.isfile(path):
@@ -72,7 +73,7 @@ def connector_jar():
     if not shutil.which("javac"):
         _fail("javac is needed to build the JVM connector: install openjdk-17-jdk-headless (bash deploy/install.sh)")
     build = subprocess.run(["bash", str(ROOT / "deploy" / "spark" / "build-connector.sh")], capture_output=True,
-                           text=True, timeout=600)
+                           text=True, timeout=1800)
     if build.returncode != 0:
         _fail(f"deploy/spark/build-connector.sh failed ({build.returncode}):\n{build.stdout}\n{build.stderr[-4000:]}")
     path = build.stdout.strip().splitlines()[-1]

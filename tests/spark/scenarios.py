@@ -20,12 +20,12 @@ TABLE = "db.events"
 DRIVER_TIMEOUT = 240  # a scenario's whole driver; the markers it waits on time out after 90 s
 
 
-def run_logged(argv, log, timeout, what):
-    """Runs `argv` in its own process group, its stdout and stderr into the file `log`; returns
-    its exit code. If it runs over `timeout` seconds the whole group is killed and the test fails
-    with the end of its output."""
+def run_logged(argv, log, timeout, what, env=None):
+    """Runs `argv` in its own process group (with environment `env`, default this one's), its
+    stdout and stderr into the file `log`; returns its exit code. If it runs over `timeout`
+    seconds the whole group is killed and the test fails with the end of its output."""
     with open(log, "w") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         try:
             return proc.wait(timeout)
         except subprocess.TimeoutExpired:

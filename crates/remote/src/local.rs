@@ -264,9 +264,13 @@ impl RemoteFs for LocalFs {
     fn rename_noreplace(&self, from: &str, to: &str) -> Result<(), RemoteError> {
         let c_from = c_path("rename", from)?;
         let c_to = c_path("rename", to)?;
+        // The system call, not glibc's renameat2() wrapper: that appeared in glibc 2.28, and the
+        // portable build (deploy/spark/build-portable.sh) links against glibc 2.17's symbols.
+        // The call itself needs Linux 3.15.
         // SAFETY: both pointers are valid NUL-terminated strings for the call.
         let rc = unsafe {
-            libc::renameat2(
+            libc::syscall(
+                libc::SYS_renameat2,
                 libc::AT_FDCWD,
                 c_from.as_ptr(),
                 libc::AT_FDCWD,

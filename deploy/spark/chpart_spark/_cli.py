@@ -1,10 +1,12 @@
 """Running the `chpart` binary and turning its exit status into exceptions."""
 
 import collections
+import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import threading
 
@@ -86,14 +88,72 @@ class CommitError(ChpartError):
         )
 
 
-def resolve_binary(chpart):
-    """An absolute path for a path-like `chpart` (tasks run in other working directories);
-    a bare name is looked up on PATH here, and kept as a name if not found (executors may
-    have it on their PATH even if the driver does not)."""
-    if os.sep in chpart:
-        return os.path.abspath(chpart)
-    found = shutil.which(chpart)
-    return found or chpart
+#: The chpart binary a chpart_spark wheel carries (deploy/spark/build-wheel.sh puts the portable
+#: build there, with its sha256 in `chpart.sha256` beside it); an editable install from a
+#: checkout has none.
+PACKAGE_BINARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "chpart")
+_checked = {}  # (path, size, mtime) -> sha256 of a package binary this process has hashed
+
+
+def resolve_binary(chpart=None):
+    """The chpart to run: ``chpart`` if given, else $CHPART_BIN, else the package's own binary
+    (`PACKAGE_BINARY`, when this install carries one), else `chpart` on PATH: the same order as
+    the JVM connector's (its option `chpart`, $CHPART_BIN, the jar's binary, PATH).
+
+    A path-like name becomes absolute (tasks run in other working directories); a bare name is
+    looked up on PATH here, and kept as a name if not found (executors may have it on their
+    PATH even if the driver does not)."""
+    named = str(chpart) if chpart else os.environ.get("CHPART_BIN")
+    if not named:
+        if os.path.exists(PACKAGE_BINARY):
+            return PACKAGE_BINARY
+        named = "chpart"
+    if os.sep in named:
+        return os.path.abspath(named)
+    found = shutil.which(named)
+    return found or named
+
+
+def package_binary_sha256():
+    """The sha256 recorded for the package's binary when the wheel was built, or None."""
+    try:
+        with open(PACKAGE_BINARY + ".sha256") as f:
+            return f.read().strip().lower()
+    except FileNotFoundError:
+        return None
+
+
+def checked_package_binary(expected_sha256=None, context=""):
+    """`PACKAGE_BINARY` after checking that its sha256 is the one recorded in the wheel (and
+    ``expected_sha256``, the driver's, when given: an executor must run the driver's binary).
+    Hashed once per process while the file's size and modification time stay the same. A
+    ChpartError (exit 127) naming the host and the path otherwise."""
+    host = socket.gethostname()
+    recorded = package_binary_sha256()
+    if recorded is None or not os.path.exists(PACKAGE_BINARY):
+        raise ChpartError("build", 127, f"the driver runs chpart_spark's own chpart binary (sha256 {expected_sha256}), "
+                          f"but chpart_spark on host {host} ({PACKAGE_BINARY}) carries none: install the same "
+                          "chpart_spark wheel there (or ship its venv with --archives), or pass chpart=",
+                          [PACKAGE_BINARY], context)
+    if expected_sha256 is not None and recorded != expected_sha256:
+        raise ChpartError("build", 127, f"chpart_spark on host {host} carries another chpart binary (sha256 {recorded}) "
+                          f"than the driver's (sha256 {expected_sha256}): install the driver's chpart_spark there",
+                          [PACKAGE_BINARY], context)
+    st = os.stat(PACKAGE_BINARY)
+    key = (PACKAGE_BINARY, st.st_size, st.st_mtime_ns)
+    actual = _checked.get(key)
+    if actual is None:
+        digest = hashlib.sha256()
+        with open(PACKAGE_BINARY, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        actual = digest.hexdigest()
+        _checked[key] = actual
+    if actual != recorded:
+        raise ChpartError("build", 127, f"{PACKAGE_BINARY} on host {host} has sha256 {actual}, the wheel recorded "
+                          f"{recorded}: the file was changed after it was installed; reinstall chpart_spark",
+                          [PACKAGE_BINARY], context)
+    return PACKAGE_BINARY
 
 
 def child_env(extra_env):

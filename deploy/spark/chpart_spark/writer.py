@@ -157,8 +157,10 @@ def choose_path(via, spark, *, after_build=None, layout=None):
     return "connector", f"the JVM connector ({CONNECTOR_CLASS}) is on this session's classpath"
 
 
-def _make_task(*, chpart, config, load_id, attempt_prefix, schema, extra_env, after_build):
-    """The function each Spark task runs (pickled by value with its closure)."""
+def _make_task(*, chpart, config, load_id, attempt_prefix, schema, extra_env, after_build, package_sha256=None):
+    """The function each Spark task runs (pickled by value with its closure). With
+    ``package_sha256`` (the driver runs chpart_spark's own binary) each task runs its own
+    install's, checked to be the same bytes; else ``chpart``."""
 
     def task(batches):
         import pyarrow as pa
@@ -171,8 +173,9 @@ def _make_task(*, chpart, config, load_id, attempt_prefix, schema, extra_env, af
         # across application attempts and writes (see attempt_prefix).
         attempt = f"{attempt_prefix}.{ctx.taskAttemptId()}"
         context = f"load {load_id}, partition {partition}, attempt {attempt} (attempt number {ctx.attemptNumber()})"
+        binary = _cli.checked_package_binary(package_sha256, context) if package_sha256 else chpart
         argv = [
-            chpart, "build", "--load", load_id,
+            binary, "build", "--load", load_id,
             "--partition", str(partition), "--attempt", attempt,
             "--stage", str(ctx.stageId()), "--attempt-number", str(ctx.attemptNumber()),
             "--input", "-", "--die-with-parent",
@@ -188,7 +191,7 @@ def _make_task(*, chpart, config, load_id, attempt_prefix, schema, extra_env, af
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
             )
         except OSError as e:
-            raise ChpartError("build", 127, f"cannot run {chpart!r} on this executor: {e}", argv, context) from None
+            raise ChpartError("build", 127, f"cannot run {binary!r} on this executor: {e}", argv, context) from None
         stderr = _cli.StderrTail(proc.stderr)
         stdout = _cli.StdoutCollector(proc.stdout)
         # An OSError (EPIPE) while writing means chpart stopped reading: its exit status and
@@ -281,7 +284,7 @@ def _read_winners(path, load_id):
     return lines
 
 
-def write(df, table, load_id, config=None, mode="append", visibility="partition", chpart="chpart",
+def write(df, table, load_id, config=None, mode="append", visibility="partition", chpart=None,
           verify="auto", extra_env=None, *, options=None, winners_path=None, via="auto", layout=None,
           _after_build=None):
     """Loads ``df`` into the ClickHouse table ``table`` ("db.table") exactly once, as load
@@ -304,6 +307,9 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
     - ``visibility``: "partition" (each partition appears at once, through a shadow table)
       or "part".
     - ``chpart``: the binary (a name on PATH or a path valid on the driver and executors).
+      Default: $CHPART_BIN, else the binary a chpart_spark wheel carries (each executor runs
+      its own install's, checked against the driver's sha256), else `chpart` on PATH.
+      Through the connector, the package's binary is not passed on: the jar runs its own.
     - ``verify``: `chpart commit --verify`: "auto" (the default: the server checks every
       part's content before a partition is published, or sha256 on the host with part
       visibility), "server", "full" or "sizes" (no content check).
@@ -358,7 +364,11 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
     if not _ID.match(load_id or ""):
         raise ValueError(f"load_id {load_id!r} must be 1-128 of [A-Za-z0-9._-], not starting with . or -, without ..")
     config_file = None if config is None else os.path.abspath(str(config))
-    chpart = _cli.resolve_binary(str(chpart))
+    chpart = _cli.resolve_binary(chpart)
+    package_sha256 = None
+    if chpart == _cli.PACKAGE_BINARY:
+        _cli.checked_package_binary(context=f"load {load_id}")
+        package_sha256 = _cli.package_binary_sha256()
     spark = df.sparkSession
     keys, origins = config_keys(spark, options)
     config = _cli.resolve_config(chpart, config_file, keys, origins, extra_env)
@@ -421,7 +431,7 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
     try:
         t = time.monotonic()
         task = _make_task(chpart=chpart, config=config.toml, load_id=load_id, attempt_prefix=prefix, schema=schema,
-                          extra_env=extra_env, after_build=_after_build)
+                          extra_env=extra_env, after_build=_after_build, package_sha256=package_sha256)
         with warnings.catch_warnings():
             # pyspark 4.3 warns that pandas >= 3 is not fully supported; mapInArrow uses none of it.
             warnings.simplefilter("ignore", FutureWarning)
@@ -480,8 +490,10 @@ def _write_through_connector(df, *, table, mode, visibility, verify, layout, win
     # replace = Spark's overwrite, which the connector maps to chpart's replace mode of the
     # partitions written (its option overwrite=partitions, the default).
     writer = (df.write.format("chpart").mode("overwrite" if mode == "replace" else "append")
-              .option("table", table).option("load", load_id).option("chpart", chpart)
+              .option("table", table).option("load", load_id)
               .option("visibility", visibility).option("verify", verify))
+    if chpart != _cli.PACKAGE_BINARY:  # the package's binary is not on the executors' paths: the jar has its own
+        writer = writer.option("chpart", chpart)
     if config_file is not None:
         writer = writer.option("config", config_file)
     for key, value in options.items():  # the connector reads spark.chpart.* conf itself
@@ -629,18 +641,18 @@ def _abort_after(failure, *, chpart, config, load_id, extra_env):
             warnings.warn(note)
 
 
-def abort(load_id, config, chpart="chpart", extra_env=None):
+def abort(load_id, config, chpart=None, extra_env=None):
     """`chpart abort --json`: the removed items."""
     return _cli.run_json(_cli.resolve_binary(chpart), "abort", ["--load", load_id], config, extra_env)
 
 
-def status(config, load_id=None, chpart="chpart", extra_env=None):
+def status(config, load_id=None, chpart=None, extra_env=None):
     """`chpart status --json`: a list of loads (state, plan, attempts with ``won``, gc_pending)."""
     args = ["--load", load_id] if load_id else []
     return _cli.run_json(_cli.resolve_binary(chpart), "status", args, config, extra_env)
 
 
-def gc(config, chpart="chpart", extra_env=None, older_than=None, abort_stale=False):
+def gc(config, chpart=None, extra_env=None, older_than=None, abort_stale=False):
     """`chpart gc --json`: what was removed, per finished load."""
     args = []
     if older_than:

@@ -33,6 +33,7 @@ final class Chpart implements Serializable {
   static final String CONFIG_TOML_ENV = "CHPART_CONFIG_TOML";
 
   private final String binary;
+  private final String embeddedSha256;
   /** The resolved config (TOML), or null (only while resolving it: ChpartConfig). */
   private final String configToml;
   private final Map<String, String> extraEnv;
@@ -41,21 +42,34 @@ final class Chpart implements Serializable {
 
   /**
    * @param binary the chpart binary, a path valid on the driver and every executor or a name on
-   *     their PATH
+   *     their PATH; null: the one the jar carries
+   * @param embeddedSha256 with binary null, the sha256 of the jar's binary the driver chose: each
+   *     JVM extracts its own jar's ({@link EmbeddedChpart}) and refuses another one
    * @param configToml the config document {@code chpart config} resolved on the driver, handed to
    *     every run in {@code CHPART_CONFIG_TOML}
    * @param extraEnv variables added to every run's environment (the {@code env.*} options)
    * @param driverDir the working directory of the driver's runs
    */
-  Chpart(String binary, String configToml, Map<String, String> extraEnv, File driverDir) {
+  Chpart(String binary, String embeddedSha256, String configToml, Map<String, String> extraEnv,
+      File driverDir) {
+    if ((binary == null) == (embeddedSha256 == null)) {
+      throw new IllegalArgumentException("a chpart binary, or the sha256 of the jar's, and not both");
+    }
     this.binary = binary;
+    this.embeddedSha256 = embeddedSha256;
     this.configToml = configToml;
     this.extraEnv = Map.copyOf(extraEnv);
     this.driverDir = driverDir;
   }
 
+  /** The binary to run in this JVM (the jar's is extracted on first use). */
   String binary() {
-    return binary;
+    return binary != null ? binary : EmbeddedChpart.path(embeddedSha256).toString();
+  }
+
+  /** The sha256 of the jar's binary when it is the one run, else null. */
+  String embeddedSha256() {
+    return embeddedSha256;
   }
 
   String configToml() {
@@ -90,7 +104,7 @@ final class Chpart implements Serializable {
 
   List<String> argv(String command, List<String> args) {
     List<String> argv = new ArrayList<>();
-    argv.add(binary);
+    argv.add(binary());
     argv.add(command);
     argv.addAll(args);
     return argv;
@@ -104,7 +118,7 @@ final class Chpart implements Serializable {
       proc = pb.start();
     } catch (IOException e) {
       throw new ChpartException(
-          command, 127, "cannot run " + binary + ": " + e.getMessage(), pb.command(), context);
+          command, 127, "cannot run " + pb.command().get(0) + ": " + e.getMessage(), pb.command(), context);
     }
     try {
       proc.getOutputStream().close();

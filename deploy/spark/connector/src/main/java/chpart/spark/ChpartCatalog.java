@@ -76,7 +76,9 @@ public final class ChpartCatalog implements TableCatalog, FunctionCatalog {
     if (o.config != null) {
       conf.put("config", o.config);
     }
-    conf.put("chpart", o.chpart);
+    if (o.chpart != null) { // else the jar's own binary, which the catalog's options resolve to again
+      conf.put("chpart", o.chpart);
+    }
     // Config keys given as options (spark.chpart.* conf reaches the catalog by itself).
     o.origins.forEach((key, origin) -> {
       if (origin.startsWith("option ")) {

@@ -155,14 +155,14 @@ final class ChpartConfig {
    *
    * @param origins each setting's origin, e.g. {@code spark conf spark.chpart.clickhouse.url}
    */
-  static Chpart resolve(String binary, String configFile, Map<String, String> settings, Map<String, String> origins,
+  static Chpart resolve(String binary, String embeddedSha256, String configFile, Map<String, String> settings, Map<String, String> origins,
       Map<String, String> extraEnv) {
     File dir = driverDir(settings);
     Map<String, String> env = new LinkedHashMap<>(extraEnv);
     if (!settings.isEmpty()) {
       env.put(Chpart.CONFIG_TOML_ENV, toml(settings));
     }
-    Chpart resolver = new Chpart(binary, null, env, dir);
+    Chpart resolver = new Chpart(binary, embeddedSha256, null, env, dir);
     List<String> args = new ArrayList<>(List.of("--toml"));
     if (configFile != null) {
       args.addAll(List.of("--config", configFile));
@@ -185,7 +185,7 @@ final class ChpartConfig {
           + "<section>.<key>, options <section>.<key>, e.g. spark.chpart.clickhouse.url or option clickhouse.url): "
           + e.getMessage() + given, e);
     }
-    return new Chpart(binary, document, extraEnv, dir);
+    return new Chpart(binary, embeddedSha256, document, extraEnv, dir);
   }
 
   /** {@code chpart config --json} of the resolved document: what the driver's catalog queries read. */

@@ -26,7 +26,8 @@ import java.util.regex.Pattern;
  *   section.key   a chpart config key, e.g. clickhouse.url, staging.root, transport.kind,
  *                 clickhouse_local.command; wins over Spark conf spark.chpart.section.key,
  *                 which wins over the file (ChpartConfig). Secrets are refused.
- *   chpart        the chpart binary (default: $CHPART_BIN, else `chpart` on PATH)
+ *   chpart        the chpart binary (default: $CHPART_BIN, else the one the jar carries, else
+ *                 `chpart` on PATH; see {@link #chpart})
  *   load          the load id (default: new per write, see {@link #load})
  *   visibility    partition (default) | part
  *   verify        auto (default) | server | full | sizes
@@ -73,7 +74,18 @@ final class ChpartOptions implements Serializable {
   final Map<String, String> configKeys;
   /** Where each of {@link #configKeys} was given, for messages. */
   final Map<String, String> origins;
+  /**
+   * The chpart binary: a path or a name on PATH, or null when the jar's own is run ({@link
+   * #embeddedSha256}). Precedence: option chpart, then $CHPART_BIN (both as given: a name is
+   * looked up on PATH), then the binary the jar carries (when it carries one for this platform),
+   * then `chpart` on PATH. The jar's binary comes before PATH because it is the one built and
+   * tested with this connector, and because it is the same bytes on the driver and on every
+   * executor, while a PATH can name another version on each host; asking for PATH's is one
+   * option away ({@code chpart=chpart}).
+   */
   final String chpart;
+  /** The sha256 of the jar's chpart binary when it is the one run, else null. */
+  final String embeddedSha256;
   /** Null: derived per write (see ChpartBatchWrite). */
   final String load;
   final String visibility;
@@ -151,7 +163,17 @@ final class ChpartOptions implements Serializable {
         problems.add("option config: " + config + " is not a readable file on the driver");
       }
     }
-    chpart = resolveBinary(plain.getOrDefault("chpart", System.getenv().getOrDefault("CHPART_BIN", "chpart")));
+    String named = plain.get("chpart");
+    if (named == null || named.isBlank()) {
+      named = System.getenv("CHPART_BIN");
+    }
+    if (named != null && !named.isBlank()) {
+      chpart = resolveBinary(named);
+      embeddedSha256 = null;
+    } else {
+      embeddedSha256 = EmbeddedChpart.recordedSha256();
+      chpart = embeddedSha256 == null ? resolveBinary("chpart") : null;
+    }
     load = plain.get("load");
     if (load != null && !ID.matcher(load).matches()) {
       problems.add(
@@ -227,7 +249,7 @@ final class ChpartOptions implements Serializable {
   /** The chpart of this write, with the config resolved on the driver (once; ChpartConfig). */
   synchronized Chpart cli() {
     if (resolved == null) {
-      resolved = ChpartConfig.resolve(chpart, config, configKeys, origins, env);
+      resolved = ChpartConfig.resolve(chpart, embeddedSha256, config, configKeys, origins, env);
     }
     return resolved;
   }
