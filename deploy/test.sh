@@ -15,6 +15,9 @@ bash deploy/install.sh
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+step "Markdown links (tests/check_links.py: every relative link and anchor resolves inside the repository)"
+python3 tests/check_links.py
+
 step "cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
