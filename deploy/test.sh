@@ -27,6 +27,9 @@ bash deploy/install.sh
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+step "Markdown links (tests/check_links.py: every relative link and anchor resolves inside the repository)"
+python3 tests/check_links.py
+
 if [ "$fast" = true ]; then
   step "unit and in-process tiers (cargo test --workspace --exclude chpart; the CLI's unit tests)"
   started=$SECONDS

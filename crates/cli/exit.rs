@@ -1,4 +1,4 @@
-//! Exit codes, documented in the README and in `chpart --help`. Spark (or any runner) decides
+//! Exit codes, documented in docs/cli.md and in `chpart --help`. Spark (or any runner) decides
 //! from them whether retrying a task can help.
 
 use std::process::ExitCode;
@@ -182,12 +182,12 @@ mod tests {
         );
         assert_eq!(copied(python), want, "chpart_spark/_cli.py EXIT_MEANINGS");
         assert_eq!(copied(java), want, "ChpartException.java EXIT_MEANINGS");
-        // The README's table lists the same codes.
-        let readme = include_str!("../../README.md");
+        // The exit code table of docs/cli.md lists the same codes.
+        let readme = include_str!("../../docs/cli.md");
         for (code, _) in super::MEANINGS {
             assert!(
                 readme.contains(&format!("\n| {code} | ")),
-                "README's exit code table lacks {code}"
+                "docs/cli.md's exit code table lacks {code}"
             );
         }
     }
