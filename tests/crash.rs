@@ -94,7 +94,7 @@ impl Harness {
 }
 
 /// Waits up to `delay` for `child`; kills it (SIGKILL) if it still runs. Whether it was killed.
-fn kill_after(child: &mut Child, delay: Duration) -> bool {
+pub fn kill_after(child: &mut Child, delay: Duration) -> bool {
     let until = Instant::now() + delay;
     while Instant::now() < until {
         if child.try_wait().unwrap().is_some() {

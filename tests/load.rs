@@ -11,6 +11,7 @@ use chpart_testenv::clickhouse::{shared, ClickHouse};
 
 use crate::build::{arrow_stream_of, rows_select, write_rows, Setup, COLUMNS, ENGINE};
 use crate::cli::{chpart, text};
+use crate::crash::kill_after;
 
 fn fingerprint(ch: &ClickHouse, table: &str) -> String {
     ch.q(&format!(
@@ -199,23 +200,6 @@ fn a_bad_input_file_is_named_nothing_is_attached_and_the_load_is_aborted() {
     // The aborted load is not begun again.
     let out = load(&s, &s.table, "bad-1", &given[..2], &[]);
     assert_eq!(out.status.code(), Some(5), "{}", text(&out));
-}
-
-/// Waits up to `delay` for `child`; kills it (SIGKILL) if it still runs. Whether it was killed.
-fn kill_after(child: &mut std::process::Child, delay: Duration) -> bool {
-    let until = Instant::now() + delay;
-    while Instant::now() < until {
-        if child.try_wait().unwrap().is_some() {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    if child.try_wait().unwrap().is_some() {
-        return false;
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    true
 }
 
 #[test]
