@@ -59,7 +59,7 @@ def main():
     if args.via == "connector":
         builder = (builder.config("spark.jars", args.jars)
                    .config("spark.plugins", "chpart.testing.KillAfterPublish")
-                   .config("spark.chpart.test.kill_marker", args.marker))
+                   .config("spark.chparttest.kill_marker", args.marker))
     else:
         builder = builder.config("spark.executorEnv.PYTHONPATH", args.wheel_dir)
     spark = builder.getOrCreate()

@@ -24,11 +24,12 @@ import org.apache.spark.api.plugin.SparkPlugin;
  *
  * <p>Armed only for tasks whose job carries the local property {@code chpart.test.kill_partition}
  * (the partition); once per marker file (created with O_EXCL), to which the victim's task attempt
- * id, stage and pid are written first. Conf: {@code spark.chpart.test.kill_marker}.
+ * id, stage and pid are written first. Conf: {@code spark.chparttest.kill_marker} (outside
+ * {@code spark.chpart.*}, whose keys the connector reads as chpart config keys).
  */
 public final class KillAfterPublish implements SparkPlugin {
   static final String PARTITION_PROPERTY = "chpart.test.kill_partition";
-  static final String MARKER_CONF = "spark.chpart.test.kill_marker";
+  static final String MARKER_CONF = "spark.chparttest.kill_marker";
 
   @Override
   public DriverPlugin driverPlugin() {
