@@ -56,6 +56,8 @@ const RESERVED_ENV: &[&str] = &[
     "CHPART_BIN",
     "CHPART_LOG",
     "CHPART_TEST_CRASH_AT",
+    "CHPART_TEST_PAUSE_AT",
+    "CHPART_TEST_PAUSE_DIR",
     DEFAULT_PASSWORD_ENV,
 ];
 
