@@ -47,6 +47,41 @@ impl Rng {
     }
 }
 
+/// How long an uninterrupted run of one command takes on this machine: the median of the last
+/// few runs that nothing stopped. Kill delays are drawn below it, so a kill lands inside the
+/// command whatever the machine's speed (fixed windows of 1.2-1.5 s killed no commit at all in
+/// 50 schedules once: a 2-part commit takes a tenth of that).
+struct Pace {
+    samples: Vec<Duration>,
+    initial: Duration,
+}
+
+impl Pace {
+    fn new(initial: Duration) -> Self {
+        Self {
+            samples: Vec::new(),
+            initial,
+        }
+    }
+    fn record(&mut self, took: Duration) {
+        self.samples.push(took);
+        if self.samples.len() > 9 {
+            self.samples.remove(0);
+        }
+    }
+    fn median(&self) -> Duration {
+        let mut s = self.samples.clone();
+        s.sort();
+        s.get(s.len() / 2).copied().unwrap_or(self.initial)
+    }
+    /// A kill delay: uniform over 0..1.25x the median, so about four kills in five land
+    /// inside the command and the rest let it finish.
+    fn delay(&self, rng: &mut Rng) -> Duration {
+        let max = (self.median().as_millis() as u64 * 5 / 4).max(1);
+        rng.millis(max)
+    }
+}
+
 /// What one run of the harness saw.
 #[derive(Default)]
 struct Tally {
@@ -59,6 +94,14 @@ struct Tally {
     gc_between: u64,
     server_restarts: u64,
     failures: Vec<String>,
+    build_pace: Pace,
+    commit_pace: Pace,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace::new(Duration::from_millis(500))
+    }
 }
 
 struct Harness {
@@ -194,9 +237,12 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
                 "--input",
                 input.to_str().unwrap(),
             ];
+            let started = Instant::now();
             let mut child = h.spawn(&args, None);
+            let mut timed = true;
             if *a == "a" && rng.chance(50) {
-                let delay = rng.millis(1500);
+                timed = false;
+                let delay = tally.build_pace.delay(&mut rng);
                 if kill_after(&mut child, delay) {
                     tally.builds_killed += 1;
                     continue;
@@ -205,6 +251,9 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
             let out = child.wait_with_output().unwrap();
             if out.status.code() != Some(0) {
                 return Err(format!("build {attempt}: {}", text(&out)));
+            }
+            if timed {
+                tally.build_pace.record(started.elapsed());
             }
             completed.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
         }
@@ -222,15 +271,19 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
     ];
 
     // Faults around the commit: up to two killed commits, a racing pair, gc, a server restart.
-    for round in 0..rng.below(3) {
+    // A commit's duration is measured when it is the load's first and nothing disturbed it
+    // (no racer, no restart, no kill): that is the pace kill delays are drawn from.
+    let rounds = rng.below(3);
+    for round in 0..rounds {
         let events = h.dir.path().join(format!("{load}-{round}.events"));
+        let started = Instant::now();
         let mut first = h.spawn(&commit_args, Some(&events));
         let racing = rng.chance(25).then(|| h.spawn(&commit_args, None));
         if racing.is_some() {
             tally.racing_commits += 1;
         }
         let restart = rng.chance(15);
-        let delay = rng.millis(1200);
+        let delay = tally.commit_pace.delay(&mut rng);
         if restart {
             std::thread::sleep(delay);
             h.ch.kill();
@@ -239,6 +292,8 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
         } else if kill_after(&mut first, delay) {
             tally.commits_killed += 1;
             *tally.kills_by_step.entry(last_step(&events)).or_default() += 1;
+        } else if round == 0 && racing.is_none() {
+            tally.commit_pace.record(started.elapsed());
         }
         for mut child in [Some(first), racing].into_iter().flatten() {
             // Whatever these ended with, the last commit below must finish the load.
@@ -253,9 +308,13 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
             }
         }
     }
+    let started = Instant::now();
     let out = h.run(&commit_args);
     if out.status.code() != Some(0) {
         return Err(format!("last commit: {}", text(&out)));
+    }
+    if rounds == 0 {
+        tally.commit_pace.record(started.elapsed());
     }
     let (got, want) = (fingerprint(h.ch(), &table), fingerprint(h.ch(), &twin));
     if got != want {
@@ -358,6 +417,8 @@ fn report(tally: &Tally, seed: u64, elapsed: Duration, last: bool) {
         "racing_commits": tally.racing_commits,
         "gc_between_commits": tally.gc_between,
         "server_restarts": tally.server_restarts,
+        "median_build_ms": tally.build_pace.median().as_millis() as u64,
+        "median_commit_ms": tally.commit_pace.median().as_millis() as u64,
         "failures": tally.failures,
     });
     if last {
