@@ -684,3 +684,326 @@ fn chpart_load_into_a_distributed_table_loads_every_shard_exactly_once() {
         assert_eq!(shadow_tables(&node.server).trim(), "0");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Replace (reloads of history) into a Distributed table
+// ---------------------------------------------------------------------------------------------
+//
+// The sharding key is `id` over weights 1/2/3, so `id % 6` picks the shard: 0 shard 1, 1-2
+// shard 2, 3-5 shard 3. The rows are chosen so that a partition the load replaces holds old
+// rows on a shard that none of the new rows of that partition go to: the replace must empty
+// it there too, as an INSERT twin that never had those rows shows.
+
+/// A row select with the test's columns: `ts` from `start` plus `number % span` hours, `id` as
+/// given (an expression of `number`), `n` rows, named `name`.
+fn rows(start: &str, span: u32, id: &str, n: u32, name: &str) -> String {
+    format!(
+        "SELECT toDateTime('{start}', 'UTC') + toIntervalHour(number % {span}) AS ts, toUInt64({id}) AS id, \
+         '{name}' AS name, if(number % 4 = 0, NULL, number / 3) AS score FROM numbers({n})"
+    )
+}
+
+/// New rows of Spark partition 0: January 2026, on every shard.
+fn new_january() -> String {
+    rows("2026-01-05 00:00:00", 200, "number", 1200, "new")
+}
+
+/// New rows of Spark partition 1: February 2026, on shard 1 only (`id % 6 = 0`).
+fn new_february() -> String {
+    rows(
+        "2026-02-03 00:00:00",
+        100,
+        "6 * (number + 20000)",
+        500,
+        "new",
+    )
+}
+
+/// Old rows: January 2026 on every shard and February 2026 on shard 3 only (both replaced),
+/// December 2025 on every shard (kept). Into the target and, what a replace keeps, the twin.
+fn old_rows(s: &ClusterSetup) {
+    let entry = &s.cluster.nodes[0].server;
+    let replaced = [
+        rows("2026-01-10 00:00:00", 100, "900000 + number", 600, "old"),
+        rows(
+            "2026-02-01 00:00:00",
+            100,
+            "6 * (number + 200000) + 3",
+            300,
+            "old",
+        ),
+    ];
+    let kept = rows("2025-12-01 00:00:00", 300, "700000 + number", 300, "old");
+    for select in replaced.iter().chain([&kept]) {
+        entry.q(&format!(
+            "INSERT INTO db.events {select} SETTINGS insert_distributed_sync = 1"
+        ));
+    }
+    entry.q(&format!(
+        "INSERT INTO db.twin {kept} SETTINGS insert_distributed_sync = 1"
+    ));
+}
+
+impl ClusterSetup {
+    /// Builds Spark partitions 0 (January, every shard) and 1 (February, shard 1 only) of the
+    /// replace load `load`, each by `attempts`, with `extra` build flags; the printed lines.
+    fn build_replace(&self, load: &str, attempts: &[&str], extra: &[&str]) -> Vec<Vec<String>> {
+        let out = self.begin(load, &["--mode", "replace"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        [new_january(), new_february()]
+            .iter()
+            .enumerate()
+            .map(|(p, select)| {
+                let input = write_rows(
+                    self.dir.path(),
+                    &format!("{load}-p{p}.parquet"),
+                    select,
+                    "Parquet",
+                );
+                attempts
+                    .iter()
+                    .map(|a| {
+                        let attempt = format!("{a}.{p}");
+                        let out = chpart()
+                            .args(["build", "--config"])
+                            .arg(&self.config)
+                            .args(["--load", load, "--attempt", &attempt, "--partition"])
+                            .arg(p.to_string())
+                            .arg("--input")
+                            .arg(&input)
+                            .args(extra)
+                            .output()
+                            .unwrap();
+                        assert!(out.status.success(), "build {attempt}: {}", text(&out));
+                        let stdout = String::from_utf8(out.stdout).unwrap();
+                        stdout.lines().last().unwrap().to_owned()
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Empties both tables on every shard and loads the old rows again.
+    fn reset_replace(&self) {
+        for node in &self.cluster.nodes {
+            node.server.q("TRUNCATE TABLE db.local");
+            node.server.q("TRUNCATE TABLE db.twin_local");
+        }
+        old_rows(self);
+        let entry = &self.cluster.nodes[0].server;
+        entry.q(&format!(
+            "INSERT INTO db.twin {} UNION ALL {} SETTINGS insert_distributed_sync = 1",
+            new_january(),
+            new_february()
+        ));
+    }
+
+    /// Rows of `db.local` per shard in partition `yyyymm`: (old, new).
+    fn old_and_new(&self, yyyymm: u32) -> Vec<(u64, u64)> {
+        self.cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                let row = n.server.q(&format!(
+                    "SELECT countIf(name = 'old'), countIf(name = 'new') FROM db.local WHERE toYYYYMM(ts) = {yyyymm}"
+                ));
+                let mut f = row.split_whitespace().map(|x| x.parse::<u64>().unwrap());
+                (f.next().unwrap(), f.next().unwrap())
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn a_replace_load_into_a_distributed_table_replaces_the_same_partitions_on_every_shard() {
+    let s = ClusterSetup::new("dist_replace", &[1, 2, 3], "id");
+    s.reset_replace();
+    // Old February rows are on shard 3 only; the new ones will go to shard 1 only.
+    assert_eq!(s.old_and_new(202602), [(0, 0), (0, 0), (300, 0)]);
+    // Each Spark partition by a loser and a winner, merged into one part per partition and
+    // shard (`--merge`).
+    let built = s.build_replace("dr-1", &["app-a", "app-b"], &["--merge"]);
+    let file = s.winners("w.jsonl", &[&built[0][1], &built[1][0]]);
+    let out = s.commit("dr-1", Some(&file), &["--partitions", "2", "--json"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["rows"], 1700, "{summary}");
+    assert_eq!(summary["mode"], "replace", "{summary}");
+    assert_exactly_once_as_routed(&s, "after the replace");
+    // February replaced on every shard: shard 3's old rows are gone though no new row went
+    // there; December kept everywhere.
+    assert_eq!(s.old_and_new(202602), [(0, 500), (0, 0), (0, 0)]);
+    assert!(s
+        .old_and_new(202601)
+        .iter()
+        .all(|(old, new)| *old == 0 && *new > 0));
+    assert!(s
+        .old_and_new(202512)
+        .iter()
+        .all(|(old, new)| *old > 0 && *new == 0));
+    // --merge: one active part per shard and partition of the load.
+    for node in &s.cluster.nodes {
+        let parts = node.server.q(
+            "SELECT partition_id, count() FROM system.parts WHERE database = 'db' AND table = 'local' AND active AND partition_id >= '202601' GROUP BY partition_id HAVING count() > 1",
+        );
+        assert_eq!(parts, "", "shard {}: more than one part", node.shard_num);
+    }
+    // A second commit changes nothing; gc leaves nothing on any shard.
+    let again = s.commit("dr-1", Some(&file), &["--partitions", "2"], None);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert_exactly_once_as_routed(&s, "after a second commit");
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert_eq!(s.leftovers(), Vec::<String>::new());
+    for node in &s.cluster.nodes {
+        assert_eq!(shadow_tables(&node.server).trim(), "0");
+    }
+}
+
+#[test]
+fn a_second_replace_load_of_a_distributed_table_cannot_begin_while_one_is_open() {
+    let s = ClusterSetup::new("dist_replace_busy", &[1, 1], "id");
+    let out = s.begin("drb-1", &["--mode", "replace"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = s.begin("drb-2", &["--mode", "replace"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("load drb-1 is open in replace mode"),
+        "the refusal names the open load: {}",
+        text(&out)
+    );
+    // Nothing of the refused load was created on any shard.
+    for node in &s.cluster.nodes {
+        assert_eq!(
+            shadow_tables(&node.server).trim(),
+            "1",
+            "shard {}",
+            node.shard_num
+        );
+    }
+    let out = s.begin("drb-3", &["--mode", "replace", "--visibility", "part"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("needs --visibility partition"),
+        "{}",
+        text(&out)
+    );
+    let abort = s.run(&["abort", "--load", "drb-1"]);
+    assert_eq!(abort.status.code(), Some(0), "{}", text(&abort));
+    let out = s.begin("drb-2", &["--mode", "replace"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn a_replace_commit_into_a_distributed_table_killed_at_any_step_resumes_exactly_once() {
+    let s = ClusterSetup::new("dist_replace_crash", &[1, 2, 3], "id");
+    let points = [
+        "after-plan:2",
+        "after-cluster-decision",
+        "before-attach:2",
+        "after-attach:3",
+        "before-publish:1",
+        "before-publish:4",
+        "after-publish:1",
+        "after-publish:3",
+        "after-publish:5",
+        "before-commit:2",
+        "before-cluster-commit",
+    ];
+    for (i, point) in points.iter().enumerate() {
+        s.reset_replace();
+        let load = format!("drc-{i}");
+        let built = s.build_replace(&load, &["app-a", "app-b"], &[]);
+        let file = s.winners(&format!("w{i}.jsonl"), &[&built[0][1], &built[1][0]]);
+        let out = s.commit(&load, Some(&file), &["--partitions", "2"], Some(point));
+        assert_eq!(
+            out.status.code(),
+            None,
+            "{point}: the commit was to be killed: {}",
+            text(&out)
+        );
+        // Replaced or not, each shard's partition is all old or all new.
+        for (shard, (old, new)) in s.old_and_new(202601).into_iter().enumerate() {
+            assert!(
+                old == 0 || new == 0,
+                "{point}: shard {} mixes: {old} old, {new} new",
+                shard + 1
+            );
+        }
+        // Resumed without the winners file, as another machine would.
+        let out = s.commit(&load, None, &[], None);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{point}: resume failed: {}",
+            text(&out)
+        );
+        assert_exactly_once_as_routed(&s, point);
+        assert_eq!(s.old_and_new(202602), [(0, 500), (0, 0), (0, 0)], "{point}");
+        let gc = s.run(&["gc"]);
+        assert_eq!(gc.status.code(), Some(0), "{point}: {}", text(&gc));
+    }
+    assert_eq!(s.leftovers(), Vec::<String>::new());
+}
+
+/// A reader of each shard never sees a replaced partition half old, half new: each shard
+/// swaps it in one REPLACE (across shards there is no transaction: see the docs).
+#[test]
+fn readers_of_each_shard_see_a_replaced_partition_all_old_or_all_new() {
+    let s = ClusterSetup::new("dist_replace_read", &[1, 2, 3], "id");
+    s.reset_replace();
+    let built = s.build_replace("drr-1", &["app-a"], &[]);
+    let file = s.winners("w.jsonl", &[&built[0][0], &built[1][0]]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let seen = std::thread::scope(|scope| {
+        let readers: Vec<_> = s
+            .cluster
+            .nodes
+            .iter()
+            .map(|node| {
+                let stop = &stop;
+                scope.spawn(move || {
+                    let mut seen = Vec::new();
+                    loop {
+                        let done = stop.load(std::sync::atomic::Ordering::SeqCst);
+                        let row = node.server.q(
+                            "SELECT toYYYYMM(ts) AS m, countIf(name = 'old'), countIf(name = 'new'), count(), uniqExact(id) FROM db.local GROUP BY m ORDER BY m",
+                        );
+                        seen.push((node.shard_num, row));
+                        if done {
+                            return seen;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let out = s.commit("drr-1", Some(&file), &["--partitions", "2"], None);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        readers
+            .into_iter()
+            .flat_map(|r| r.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (shard, rows) in &seen {
+        for line in rows.lines() {
+            let f: Vec<u64> = line
+                .split_whitespace()
+                .map(|x| x.parse().unwrap())
+                .collect();
+            let (old, new, count, unique) = (f[1], f[2], f[3], f[4]);
+            assert!(
+                old == 0 || new == 0,
+                "shard {shard}: month {} mixes old and new: {line}",
+                f[0]
+            );
+            assert_eq!(count, unique, "shard {shard}: a row seen twice: {line}");
+        }
+    }
+    assert!(
+        seen.len() > 6,
+        "the readers read during the commit: {}",
+        seen.len()
+    );
+    assert_exactly_once_as_routed(&s, "after the replace");
+}

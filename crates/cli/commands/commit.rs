@@ -46,6 +46,7 @@ pub fn run_commit(args: CommitArgs) -> Result<ExitCode, Failure> {
         allow_missing: args.allow_missing_partitions,
         visibility: args.visibility.map(Into::into),
         prepare_only: false,
+        replaced_on_every_shard: None,
     };
     let outcome = commit(&driver, request)?;
     log_committed(&outcome);

@@ -230,6 +230,7 @@ fn finish(driver: &DriverEnv, args: &LoadArgs, f: Finish) -> Result<ExitCode, Fa
             allow_missing: false,
             visibility: Some(args.visibility.into()),
             prepare_only: false,
+            replaced_on_every_shard: None,
         },
     )?;
     commit::log_committed(&outcome);

@@ -727,6 +727,13 @@ pub struct CommitPlan {
     /// digests of every part). Empty in plans recorded before chpart kept them.
     #[serde(default)]
     pub manifests: Vec<String>,
+    /// Replace mode, on one shard of a load into a Distributed table: ClickHouse partitions
+    /// the load replaces on other shards that this shard's winners put no rows in (sorted).
+    /// Each is replaced by nothing, so the load replaces the same partitions on every shard
+    /// (a row routed elsewhere this time must not survive on this shard). Absent from the
+    /// JSON when empty, so plans without it keep their fingerprints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub emptied: Vec<PartitionId>,
 }
 
 /// A recorded plan that cannot be used.
@@ -790,7 +797,33 @@ impl CommitPlan {
                 .values()
                 .map(Manifest::to_json_line)
                 .collect(),
+            emptied: Vec::new(),
         }
+    }
+
+    /// This plan, also emptying `replaced` partitions it puts no rows in (a shard's share of
+    /// a replace load into a Distributed table whose rows fall into `replaced`; see
+    /// [`CommitPlan::emptied`]).
+    pub fn emptying(mut self, replaced: &BTreeSet<PartitionId>) -> CommitPlan {
+        self.emptied = replaced
+            .iter()
+            .filter(|id| self.partition(id).is_none())
+            .cloned()
+            .collect();
+        self
+    }
+
+    /// Every partition the publish step settles, sorted: the planned ones with their rows,
+    /// and the [`CommitPlan::emptied`] ones with none.
+    pub fn to_publish(&self) -> Vec<PlannedPartition> {
+        let mut all = self.partitions.clone();
+        all.extend(self.emptied.iter().map(|id| PlannedPartition {
+            partition_id: id.clone(),
+            rows: 0,
+            parts: 0,
+        }));
+        all.sort_by(|a, b| a.partition_id.cmp(&b.partition_id));
+        all
     }
 
     /// The plan as one line of JSON: the body of the ledger's `plan` entry, and what
@@ -842,6 +875,24 @@ impl CommitPlan {
             return Err(inconsistent(
                 "partitions or total_rows do not add up from the parts".into(),
             ));
+        }
+        if !plan.emptied.is_empty()
+            && (plan.mode, plan.visibility) != (Mode::Replace, Visibility::Partition)
+        {
+            return Err(inconsistent(
+                "it empties partitions, which only replace mode with partition visibility does"
+                    .into(),
+            ));
+        }
+        if !plan.emptied.windows(2).all(|w| w[0] < w[1]) {
+            return Err(inconsistent(
+                "the partitions it empties are not sorted, one each".into(),
+            ));
+        }
+        if let Some(id) = plan.emptied.iter().find(|id| plan.partition(id).is_some()) {
+            return Err(inconsistent(format!(
+                "partition {id} is both planned with rows and emptied"
+            )));
         }
         if !plan.winners.windows(2).all(|w| w[0].0 < w[1].0) {
             return Err(inconsistent(
@@ -969,6 +1020,17 @@ pub enum PlanConflict {
         /// The attempt.
         attempt: AttemptId,
     },
+    /// Same winners and parts, but other partitions to empty (a shard of a replace load into
+    /// a Distributed table, committed with another cluster plan).
+    #[error("load {load}: the recorded plan empties partition(s) [{}], this commit would empty [{}]; a load commits one set of winners across its shards", join_ids(.recorded), join_ids(.new))]
+    Emptied {
+        /// The load.
+        load: LoadId,
+        /// The recorded plan's.
+        recorded: Vec<PartitionId>,
+        /// This commit's.
+        new: Vec<PartitionId>,
+    },
     /// Same winners, but a part differs (a manifest was changed after the first commit).
     #[error("load {load} partition {partition} attempt {attempt}: part {part} {detail}; the manifests changed since the plan was recorded")]
     Part {
@@ -983,6 +1045,13 @@ pub enum PlanConflict {
         /// What differs.
         detail: String,
     },
+}
+
+fn join_ids(ids: &[PartitionId]) -> String {
+    ids.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn recorded_winner(a: &Option<AttemptId>) -> String {
@@ -1078,6 +1147,13 @@ pub fn plan_matches(recorded: &CommitPlan, new: &CommitPlan) -> Result<(), PlanC
             n,
             "is in this commit's manifests but not in the recorded plan".into(),
         ));
+    }
+    if recorded.emptied != new.emptied {
+        return Err(PlanConflict::Emptied {
+            load: load(),
+            recorded: recorded.emptied.clone(),
+            new: new.emptied.clone(),
+        });
     }
     // The winners are equal by now, so both plans list one manifest per winner, in order.
     if !recorded.manifests.is_empty() {
@@ -1282,7 +1358,7 @@ pub fn commit_phase(plan: Option<&CommitPlan>, progress: &CommitProgress) -> Com
     }
     if plan.visibility == Visibility::Partition {
         let pending: Vec<PartitionId> = plan
-            .partitions
+            .to_publish()
             .iter()
             .filter(|p| !progress.published.contains(&p.partition_id))
             .map(|p| p.partition_id.clone())
@@ -1430,10 +1506,11 @@ pub struct PartitionFacts {
     pub recorded_published: bool,
     /// Active rows of the partition in the shadow.
     pub shadow_rows: u64,
-    /// Rows the plan puts into the partition (always > 0).
+    /// Rows the plan puts into the partition (> 0, but 0 for a partition the plan empties:
+    /// [`CommitPlan::emptied`]).
     pub planned_rows: u64,
     /// Replace mode: the multiset of the target partition's active part hashes equals the
-    /// shadow's.
+    /// shadow's (for a partition the plan empties: the target partition has no active part).
     pub target_has_plan_hashes: bool,
     /// Replace mode: the ledger has `publish:<id>` (read after the observation), so a REPLACE
     /// may have run.
@@ -1486,12 +1563,13 @@ pub enum PartitionStep {
 ///
 /// # Panics
 ///
-/// If `planned_rows` is 0: a plan has no partition without rows ([`CommitPlan::from_json`]
-/// and [`validate_winners`] refuse parts without rows), so this is a caller bug.
+/// If `planned_rows` is 0 in append mode: only a replace plan empties partitions
+/// ([`CommitPlan::from_json`] and [`validate_winners`] refuse parts without rows), so this is
+/// a caller bug.
 pub fn decide_partition(mode: Mode, facts: &PartitionFacts) -> PartitionStep {
     assert!(
-        facts.planned_rows > 0,
-        "a planned partition always has rows: {facts:?}"
+        facts.planned_rows > 0 || mode == Mode::Replace,
+        "an appended partition always has rows: {facts:?}"
     );
     if facts.recorded_published {
         return PartitionStep::Skip;

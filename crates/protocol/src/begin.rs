@@ -17,6 +17,7 @@ use chpart_core::commit::OpenReplaceLoad;
 #[cfg(test)]
 use crate::ledger::STDIN_DIGEST;
 use crate::ledger::{kind, LoadInputs, LoadSpec, LoadState, Mode, Visibility};
+use crate::shards::ShardOf;
 use crate::snapshot::TableSnapshot;
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
 
@@ -201,10 +202,11 @@ pub async fn begin_on(
     // Which partitions a load replaces is known only at commit (which checks again, against
     // the other loads' plans); at begin, one open replace load per table.
     if req.mode == Mode::Replace {
-        if let Some(other) = open_replace_loads(ledger, &req.target, &req.load)
-            .await?
-            .into_iter()
-            .next()
+        if let Some(other) =
+            open_replace_loads(ledger, &req.target, &req.load, req.shard_of.as_ref())
+                .await?
+                .into_iter()
+                .next()
         {
             return Err(BeginError::ReplaceBusy {
                 table: req.target.clone(),
@@ -411,10 +413,17 @@ pub async fn stop_merges(
 /// The open loads in replace mode that target `table`, other than `except`, each with the
 /// partitions its recorded plan replaces (`None` before it has one). Reads the loads gc has not
 /// recorded done ([`Ledger::unsettled_loads`]), among which every open load is, not the ledger.
+///
+/// `shard` is the asking load's shard when it is a Distributed table's sub-load: sub-loads of
+/// the same local table on two shards' servers (told apart by URL) are different tables. Any
+/// other pair naming the same table counts, so a load of a shard's table made directly on the
+/// ledger's server and a cluster's sub-load on that server exclude each other whatever URL
+/// names it.
 pub(crate) async fn open_replace_loads(
     ledger: &Ledger,
     table: &TableRef,
     except: &LoadId,
+    shard: Option<&ShardOf>,
 ) -> Result<Vec<OpenReplaceLoad>, LedgerStoreError> {
     let mut out = Vec::new();
     let unsettled: Vec<String> = ledger
@@ -431,8 +440,13 @@ pub(crate) async fn open_replace_loads(
         if view.state != LoadState::Open || spec.mode != Mode::Replace || &spec.target != table {
             continue;
         }
+        if let (Some(mine), Some(theirs)) = (shard, spec.shard_of.as_ref()) {
+            if mine.url != theirs.url {
+                continue;
+            }
+        }
         let planned = view.plan()?.map(|plan| {
-            plan.partitions
+            plan.to_publish()
                 .into_iter()
                 .map(|p| p.partition_id)
                 .collect()

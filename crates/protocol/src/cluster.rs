@@ -26,11 +26,11 @@
 //! Routing happens where the rows are built, so a non-deterministic key (`rand()`) is fine:
 //! each attempt routes its rows once, and only the winning attempt's routing becomes visible.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chpart_core::routing::{DistributedEngine, RoutingError};
-use chpart_core::{AttemptId, IdError, TableRef};
+use chpart_core::{AttemptId, IdError, PartitionId, TableRef};
 use chpart_remote::{RemoteError, RemoteFs};
 use chpart_server::{ClickHouseServer, SharedServer, TableInfo};
 use futures_util::future::join_all;
@@ -38,7 +38,7 @@ use futures_util::future::join_all;
 use crate::begin::{begin_on, BeginError, BeginOutcome, BeginRequest};
 use crate::commit::{commit, CommitEnv, CommitError, CommitOutcome, CommitRequest, CommitSummary};
 use crate::hooks::crash_point;
-use crate::ledger::{entry, kind, Decision, LoadSpec, LoadState, Mode};
+use crate::ledger::{entry, kind, Decision, LoadSpec, LoadState, Mode, Visibility};
 use crate::reach::Reach;
 use crate::shards::{shard_load, ClusterManifest, ClusterPlan, ClusterSpec, ShardOf, ShardSpec};
 use crate::snapshot::TableSnapshot;
@@ -104,10 +104,24 @@ pub async fn begin_cluster(
     let engine =
         DistributedEngine::parse(&info.engine_full).map_err(|e| refuse(target, e.to_string()))?;
     if req.mode == Mode::Replace {
-        return Err(refuse(
-            target,
-            "replace mode is not supported for Distributed tables yet (append only); replace the partitions of each shard's local table with a load per shard",
-        ));
+        // One open replace load per Distributed table, as per table (each shard's sub-load
+        // checks its own local table again, and every shard's commit checks the plans).
+        if req.visibility == Visibility::Part {
+            return Err(refuse(
+                target,
+                "replace mode swaps whole partitions from a shadow table; it needs --visibility partition",
+            ));
+        }
+        if let Some(other) = crate::begin::open_replace_loads(ledger, target, &req.load, None)
+            .await?
+            .into_iter()
+            .next()
+        {
+            return Err(BeginError::ReplaceBusy {
+                table: target.clone(),
+                other: other.load,
+            });
+        }
     }
     let replicas = server.cluster_replicas(&engine.cluster).await?;
     if replicas.is_empty() {
@@ -449,6 +463,16 @@ pub async fn commit_cluster(
             source: e.source,
         }),
     })?;
+    // Replace: every partition the load's rows fall into, on any shard; each shard replaces
+    // all of them (those its winners put no rows in by nothing), so a reload leaves no row of
+    // a replaced partition on a shard its new rows were not routed to.
+    let replaced: Option<BTreeSet<PartitionId>> = (spec.mode == Mode::Replace).then(|| {
+        parsed
+            .iter()
+            .flat_map(|(_, m)| m.shards.values())
+            .flat_map(|m| m.parts.iter().map(|p| p.partition_id.clone()))
+            .collect()
+    });
     let shard_lines = |shard: u32| -> Vec<(usize, String)> {
         parsed
             .iter()
@@ -467,6 +491,7 @@ pub async fn commit_cluster(
         allow_missing: req.allow_missing,
         visibility: req.visibility,
         prepare_only,
+        replaced_on_every_shard: replaced.clone(),
     };
     // Each shard's commit is a task of its own: its filesystem calls block (block_in_place),
     // and one shard's must not hold up the others'.

@@ -275,6 +275,7 @@ fn a_fault_on_one_shard_never_loses_or_duplicates_rows() {
             allow_missing: false,
             visibility: None,
             prepare_only: false,
+            replaced_on_every_shard: None,
         };
 
         let faulty = reach.faulty(&cluster.node(scenario.shard).server.url());

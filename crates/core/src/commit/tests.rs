@@ -774,6 +774,98 @@ fn plan_matches_table() {
     }
 }
 
+#[test]
+fn emptied_partitions_table() {
+    let ids = |list: &[&str]| -> BTreeSet<PartitionId> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    };
+    // The load replaces 202601..202604 across its shards; this shard's winners put rows in
+    // 202601 and 202602 only.
+    let replace = plan(Visibility::Partition, Mode::Replace);
+    let shard = replace
+        .clone()
+        .emptying(&ids(&["202601", "202602", "202603", "202604"]));
+    let emptied: Vec<String> = shard.emptied.iter().map(ToString::to_string).collect();
+    assert_eq!(emptied, ["202603", "202604"]);
+    let publish: Vec<(String, u64)> = shard
+        .to_publish()
+        .iter()
+        .map(|p| (p.partition_id.to_string(), p.rows))
+        .collect();
+    assert_eq!(
+        publish,
+        [
+            ("202601".to_owned(), 130),
+            ("202602".to_owned(), 50),
+            ("202603".to_owned(), 0),
+            ("202604".to_owned(), 0)
+        ]
+    );
+    // A plan that empties nothing reads and fingerprints as before.
+    assert!(!replace.to_json().contains("emptied"));
+    assert_eq!(
+        replace.clone().emptying(&ids(&["202601"])).fingerprint(),
+        replace.fingerprint()
+    );
+    // Recorded: it reads back; edits that do not add up are refused.
+    assert_eq!(CommitPlan::from_json(&shard.to_json()).unwrap(), shard);
+    let rows: Vec<(&str, fn(&mut Value), Result<(), &str>)> = vec![
+        ("as recorded", |_| {}, Ok(())),
+        (
+            "in append mode",
+            |v| v["mode"] = "append".into(),
+            Err("it empties partitions, which only replace mode with partition visibility does"),
+        ),
+        (
+            "with part visibility",
+            |v| v["visibility"] = "part".into(),
+            Err("it empties partitions, which only replace mode"),
+        ),
+        (
+            "out of order",
+            |v| v["emptied"].as_array_mut().unwrap().swap(0, 1),
+            Err("the partitions it empties are not sorted"),
+        ),
+        (
+            "a partition with rows emptied too",
+            |v| v["emptied"][0] = "202601".into(),
+            Err("partition 202601 is both planned with rows and emptied"),
+        ),
+    ];
+    for (row, edit, want) in rows {
+        let mut v: Value = serde_json::from_str(&shard.to_json()).unwrap();
+        edit(&mut v);
+        expect_row(row, CommitPlan::from_json(&v.to_string()), want);
+    }
+    // A re-run computing other partitions to empty conflicts with the recorded plan.
+    let other = replace.clone().emptying(&ids(&["202603"]));
+    expect_row(
+        "other partitions emptied",
+        plan_matches(&shard, &other),
+        Err("load L: the recorded plan empties partition(s) [202603, 202604], this commit would empty [202603]"),
+    );
+    assert_ne!(shard.fingerprint(), other.fingerprint());
+    // The publish phase waits for the emptied partitions too.
+    let mut progress = CommitProgress::default();
+    for p in &shard.parts {
+        progress.record(CommitEntry::Attached(p.name.clone()));
+    }
+    for id in ["202601", "202602", "202603"] {
+        progress.record(CommitEntry::Published(id.parse().unwrap()));
+    }
+    assert_eq!(
+        commit_phase(Some(&shard), &progress),
+        CommitPhase::PublishPartitions {
+            pending: vec!["202604".parse().unwrap()]
+        }
+    );
+    progress.record(CommitEntry::Published("202604".parse().unwrap()));
+    assert_eq!(
+        commit_phase(Some(&shard), &progress),
+        CommitPhase::MarkCommitted
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Ledger entries and decisions
 // ---------------------------------------------------------------------------------------------
@@ -1180,6 +1272,54 @@ fn decide_partition_table() {
     for (row, mode, facts, want) in rows {
         assert_eq!(decide_partition(mode, &facts), want, "{row}");
     }
+    // A partition the plan empties (a shard of a Distributed replace load whose winners put
+    // no rows in it): planned 0 rows, so the shadow holds none, and it is published when the
+    // target partition holds no active part ("target hashes = shadow's").
+    let e = |recorded_published, shadow_rows, target_empty| PartitionFacts {
+        planned_rows: 0,
+        ..f(recorded_published, shadow_rows, target_empty)
+    };
+    let emptied = [
+        (
+            "emptied: old rows on this shard",
+            e(false, 0, false),
+            Replace,
+        ),
+        (
+            "emptied: REPLACE from nothing went through, not recorded",
+            e(false, 0, true),
+            RecordPublished,
+        ),
+        (
+            "emptied: nothing there before the intent: nothing to replace",
+            e(false, 0, true),
+            RecordPublished,
+        ),
+        (
+            "emptied: intent written, REPLACE not sent: the old parts are still there",
+            after_intent(e(false, 0, false), EXPLAINED),
+            Replace,
+        ),
+        (
+            "emptied: emptied, then another process inserted into the partition",
+            after_intent(e(false, 0, false), ARRIVED),
+            Foreign,
+        ),
+        ("emptied: recorded", e(true, 0, true), Skip),
+        (
+            "emptied: recorded, rows inserted since",
+            after_intent(e(true, 0, false), ARRIVED),
+            Skip,
+        ),
+        (
+            "emptied: the shadow holds rows of it (not this load's)",
+            e(false, 7, false),
+            Broken,
+        ),
+    ];
+    for (row, facts, want) in emptied {
+        assert_eq!(decide_partition(ReplaceMode, &facts), want, "{row}");
+    }
     // Every combination: a REPLACE after the intent never meets an unexplained part.
     for bits in 0..32u8 {
         let bit = |i: u8| bits & (1 << i) != 0;
@@ -1243,8 +1383,8 @@ fn replace_overlap_table() {
 }
 
 #[test]
-#[should_panic(expected = "a planned partition always has rows")]
-fn decide_partition_refuses_a_partition_without_rows() {
+#[should_panic(expected = "an appended partition always has rows")]
+fn decide_partition_refuses_an_appended_partition_without_rows() {
     decide_partition(Mode::Append, &PartitionFacts::default());
 }
 

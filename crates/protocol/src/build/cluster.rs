@@ -20,12 +20,6 @@ pub(super) fn build_cluster(
         host: shard.host.clone(),
         source: Box::new(e),
     };
-    if req.merge {
-        return Err(BuildError::Unsupported {
-            load: req.load.clone(),
-            message: "--merge is not supported for Distributed tables yet".into(),
-        });
-    }
     let route = cluster
         .routing()
         .slot_sql()
@@ -71,7 +65,7 @@ pub(super) fn build_cluster(
                 reference,
                 &work,
                 req.input,
-                false,
+                req.merge,
                 Some((&tables, &route)),
             ),
         )?;

@@ -132,15 +132,21 @@ pub(super) async fn check_replace_overlap(
     progress: &CommitProgress,
 ) -> Result<(), CommitError> {
     let mine: BTreeSet<PartitionId> = plan
-        .partitions
-        .iter()
-        .map(|p| p.partition_id.clone())
+        .to_publish()
+        .into_iter()
+        .map(|p| p.partition_id)
         .filter(|id| !progress.publish_intents.contains(id))
         .collect();
     if mine.is_empty() {
         return Ok(());
     }
-    let others = crate::begin::open_replace_loads(env.ledger, &spec.target, &spec.load).await?;
+    let others = crate::begin::open_replace_loads(
+        env.ledger,
+        &spec.target,
+        &spec.load,
+        spec.shard_of.as_ref(),
+    )
+    .await?;
     match replace_overlap(&mine, &others) {
         None => Ok(()),
         Some((other, partitions)) => Err(CommitError::ReplaceOverlap {

@@ -99,6 +99,11 @@ pub struct CommitRequest {
     /// the first phase of a cluster commit, which makes nothing visible on any shard until
     /// every shard's winners are checked and planned.
     pub prepare_only: bool,
+    /// A shard's sub-load of a replace load into a Distributed table: every ClickHouse
+    /// partition the load's rows fall into on any shard. Those this shard's winners put no
+    /// rows in are emptied on this shard ([`CommitPlan::emptied`]). `None` for any other load,
+    /// and to resume a shard's commit with the recorded plan's.
+    pub replaced_on_every_shard: Option<BTreeSet<PartitionId>>,
 }
 
 /// What `commit` works with.
@@ -478,7 +483,23 @@ impl Planned {
             }
         }
         .map_err(|e| CommitError::Winners(Box::new(e)))?;
-        let new_plan = CommitPlan::from_winners(&winners, spec.visibility, spec.mode);
+        let mut new_plan = CommitPlan::from_winners(&winners, spec.visibility, spec.mode);
+        match &req.replaced_on_every_shard {
+            Some(all) if spec.mode == Mode::Replace && spec.shard_of.is_some() => {
+                new_plan = new_plan.emptying(all)
+            }
+            Some(_) => {
+                return Err(CommitError::Unsupported {
+                    load,
+                    message: "only a shard's sub-load of a replace load into a Distributed table empties partitions".into(),
+                })
+            }
+            None => {
+                if let Some(recorded) = recorded_plan(&view)? {
+                    new_plan.emptied = recorded.emptied;
+                }
+            }
+        }
 
         // Nothing becomes visible unless the tables are as the parts expect and every part
         // still waiting in detached/ is exactly what its manifest says.

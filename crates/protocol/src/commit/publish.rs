@@ -87,7 +87,7 @@ pub(super) async fn publish_partitions(
         };
         let mut confirmed = Vec::new();
         let mut statements = Vec::new();
-        for partition in &plan.partitions {
+        for partition in &plan.to_publish() {
             let pid = partition.partition_id.as_str();
             let shadow_hashes = in_shadow.hashes_by_partition.get(pid);
             let target_parts = in_target
@@ -106,9 +106,14 @@ pub(super) async fn publish_partitions(
                 recorded_published: p.progress.known.published.contains(&partition.partition_id),
                 shadow_rows: in_shadow.rows_by_partition.get(pid).copied().unwrap_or(0),
                 planned_rows: partition.rows,
-                target_has_plan_hashes: in_target.as_ref().is_some_and(|t| {
-                    shadow_hashes.is_some() && t.hashes_by_partition.get(pid) == shadow_hashes
-                }),
+                // A partition the plan empties is published once the target holds none of it.
+                target_has_plan_hashes: if partition.rows == 0 {
+                    target_parts.is_empty()
+                } else {
+                    in_target.as_ref().is_some_and(|t| {
+                        shadow_hashes.is_some() && t.hashes_by_partition.get(pid) == shadow_hashes
+                    })
+                },
                 publish_intent: intent.is_some(),
                 target_foreign: arrived.first.is_some(),
                 target_merged_plan: arrived.merged_plan,
@@ -127,12 +132,19 @@ pub(super) async fn publish_partitions(
                         quote_str(pid)
                     ),
                 )),
+                // Emptying: the shadow has no part of it, and 26.9 refuses to replace a
+                // partition by nothing unless told to (DROP PARTITION would do the same).
                 PartitionStep::Replace => statements.push((
                     id,
                     max_block,
                     format!(
-                        "ALTER TABLE {target} REPLACE PARTITION ID {} FROM {shadow}",
-                        quote_str(pid)
+                        "ALTER TABLE {target} REPLACE PARTITION ID {} FROM {shadow}{}",
+                        quote_str(pid),
+                        if partition.rows == 0 {
+                            " SETTINGS allow_replace_partition_from_empty_source = 1"
+                        } else {
+                            ""
+                        }
                     ),
                 )),
                 PartitionStep::Foreign => {

@@ -137,6 +137,7 @@ impl BuiltLoad {
             allow_missing: false,
             visibility: None,
             prepare_only: false,
+            replaced_on_every_shard: None,
         }
     }
 }
