@@ -323,3 +323,89 @@ def test_write_through_the_connector_one_part_per_partition_per_shard(three_shar
     assert_cluster_gc_leaves_nothing(cluster, chpart_bin, load, f"{load}-layout-none")
     assert_exactly_once(cluster.entry, TABLE, source)
     assert_exactly_once(cluster.entry, none_table, source)
+
+
+# Old rows for the replace tests: days 0-2 (the days the source's rows fall into: replaced) and
+# day 5 (kept), through the Distributed table, so every shard holds some of each.
+OLD_REPLACED = ("SELECT 5000000 + number AS id, toDateTime64('2026-01-01 00:00:00', 6, 'UTC') + "
+                "toIntervalSecond(number * 86) AS ts, 'old' AS user, 'view' AS kind, NULL AS amount, "
+                "false AS flag FROM numbers(3000)")
+OLD_KEPT = ("SELECT 6000000 + number AS id, toDateTime64('2026-01-06 00:00:00', 6, 'UTC') + "
+            "toIntervalSecond(number * 80) AS ts, 'old' AS user, 'buy' AS kind, 1.5 AS amount, "
+            "true AS flag FROM numbers(1000)")
+SOURCE_DAYS = "ts < '2026-01-04 00:00:00'"
+
+
+def insert_old_rows(cluster):
+    """The old rows into `db.events`; returns the kept day's fingerprint per shard."""
+    for select in (OLD_REPLACED, OLD_KEPT):
+        cluster.entry.query(f"INSERT INTO {TABLE} {select} SETTINGS insert_distributed_sync = 1")
+    kept = {n.shard_num: n.scalar(f"SELECT count(), sum(cityHash64(*)) FROM {LOCAL_TABLE} WHERE NOT ({SOURCE_DAYS})")
+            for n in cluster.nodes}
+    assert all(int(v.split()[0]) > 0 for v in kept.values()), kept
+    return kept
+
+
+def assert_replaced_on_every_shard(cluster, plan, source, kept):
+    """The source's days hold exactly the source rows (read through the Distributed table), no
+    old row of them is left on any shard, the kept day is unchanged on every shard, and every
+    row is on the shard ClickHouse routes it to (each shard equal to an INSERT twin)."""
+    assert_exactly_once(cluster.entry, TABLE, source, where=SOURCE_DAYS)
+    for node in cluster.nodes:
+        n = node.shard_num
+        old = int(node.scalar(f"SELECT count() FROM {LOCAL_TABLE} WHERE {SOURCE_DAYS} AND user = 'old'"))
+        assert old == 0, f"shard {n}: {old} old rows left in the replaced days"
+        now = node.scalar(f"SELECT count(), sum(cityHash64(*)) FROM {LOCAL_TABLE} WHERE NOT ({SOURCE_DAYS})")
+        assert now == kept[n], f"shard {n}: the kept day changed: {now} != {kept[n]}"
+    assert_rows_where_clickhouse_routes_them(cluster, plan, source.rows + 1000)
+
+
+def test_replace_with_stage_retry_and_zombies_into_a_distributed_table(three_shard_cluster, chpart_bin, tmp_path):
+    """A reload of history into `db.events` (Distributed over three shards): old rows in the
+    source's three days and in a day the source does not touch, then the seed 002 scenario
+    through chpart_spark.write(mode="replace"): the write stage retried after a FetchFailed,
+    zombie 0 publishing between collect() and the commit (a loser on every shard), zombie 1
+    fenced after it. The source's days hold exactly the source rows on every shard, the other
+    day is untouched, and gc leaves nothing."""
+    cluster = three_shard_cluster
+    plan = cluster.plan(chpart_bin)
+    kept = insert_old_rows(cluster)
+    load = "zombie-cluster-replace"
+    r = run_scenario(tmp_path, "zombie", cluster.config, chpart_bin, load, rows=40_000, table=TABLE,
+                     extra_args=["--mode", "replace"])
+    loser, fenced = check_zombie_run(r)
+    source = source_of(r)
+    assert r["summary"]["rows"] == source.rows and r["summary"]["mode"] == "replace", r["summary"]
+    assert_replaced_on_every_shard(cluster, plan, source, kept)
+    entry = load_status(cluster.config, chpart_bin, load)
+    assert entry["state"] == "committed" and entry["mode"] == "replace", entry
+    for node in cluster.nodes:
+        sub = load_status(cluster.config, chpart_bin, cluster.sub_load(load, node.shard_num))
+        assert_winners_and_losers(sub, r["summary"]["winners"], losers=[loser])
+        assert fenced not in {a["attempt"] for a in sub["attempts"]}, sub
+    assert_cluster_gc_leaves_nothing(cluster, chpart_bin, load)
+    assert_exactly_once(cluster.entry, TABLE, source, where=SOURCE_DAYS)
+
+
+def test_connector_overwrite_into_a_distributed_table(three_shard_cluster, chpart_bin, connector_jar, tmp_path):
+    """df.write.format("chpart").mode("overwrite") into `db.events` (Distributed over three
+    shards) over old rows: the first attempt of partition 1 fails after it published on every
+    shard, Spark retries it and the retry wins. The days the rows fall into are replaced on
+    every shard, the other day is kept, and gc leaves nothing."""
+    cluster = three_shard_cluster
+    plan = cluster.plan(chpart_bin)
+    kept = insert_old_rows(cluster)
+    load = "connector-cluster-overwrite"
+    r = run_scenario(tmp_path, "connector-overwrite", cluster.config, chpart_bin, load, rows=40_000, table=TABLE,
+                     jar=connector_jar, extra_args=["--mode", "replace"])
+    loser = r["ctrl"]["fail-after-publish.json"]["attempt"]
+    winners = committed_winners((tmp_path / "connector-overwrite.log").read_text(), load)
+    entry = load_status(cluster.config, chpart_bin, load)
+    assert entry["state"] == "committed" and entry["mode"] == "replace", entry
+    assert sorted(dict(winners)) == [0, 1, 2, 3] and loser not in dict(winners).values(), (winners, loser)
+    source = source_of(r)
+    assert_replaced_on_every_shard(cluster, plan, source, kept)
+    for node in cluster.nodes:
+        sub = load_status(cluster.config, chpart_bin, cluster.sub_load(load, node.shard_num))
+        assert_winners_and_losers(sub, winners, losers=[loser])
+    assert_cluster_gc_leaves_nothing(cluster, chpart_bin, load)

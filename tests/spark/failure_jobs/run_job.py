@@ -122,7 +122,7 @@ def scenario_zombie(args, spark, df, ctrl, result):
     env[probe.ENV_BEFORE_COMMIT] = json.dumps(
         {"release": os.path.join(ctrl, "release-0"), "claim": os.path.join(ctrl, "zombie-0.json"), "timeout": WAIT})
     result["summary"] = chpart_spark.write(staged, table=args.table, load_id=args.load, config=args.config,
-                                           chpart=args.probe, extra_env=env, via="python")
+                                           chpart=args.probe, extra_env=env, via="python", mode=args.mode)
     mark(result, "write")
     # The load is committed; now the second zombie's build goes on.
     zombie1 = read_json(os.path.join(ctrl, "zombie-1.json"))
@@ -233,11 +233,12 @@ def scenario_speculation(args, spark, df, ctrl, result):
 
 
 def connector_write(df, args, env, load=None, **options):
-    """`df.write.format("chpart")` in append mode, with the probe as chpart and `env` as the
-    connector's env.* options (added to every chpart run's environment). layout=none: the
-    failures are placed on the job's own partitioning, which the layout's shuffle would deal
-    anew (test_spark_modes.py tests the layout)."""
-    writer = (df.write.format("chpart").mode("append").option("table", args.table).option("config", args.config)
+    """`df.write.format("chpart")` in append mode (overwrite with --mode replace), with the probe
+    as chpart and `env` as the connector's env.* options (added to every chpart run's
+    environment). layout=none: the failures are placed on the job's own partitioning, which the
+    layout's shuffle would deal anew (test_spark_modes.py tests the layout)."""
+    spark_mode = "overwrite" if args.mode == "replace" else "append"
+    writer = (df.write.format("chpart").mode(spark_mode).option("table", args.table).option("config", args.config)
               .option("chpart", args.probe).option("load", load or args.load).option("layout", "none"))
     for key, value in {**options, **{f"env.{k}": v for k, v in env.items()}}.items():
         writer = writer.option(key, value)
@@ -330,6 +331,15 @@ def scenario_connector_resume(args, spark, df, ctrl, result):
 
 def sql_string(value):
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def scenario_connector_overwrite(args, spark, df, ctrl, result):
+    """df.write.format("chpart").mode("overwrite") (run with --mode replace) where the first
+    attempt of partition 1 fails after its build published, as in connector-retry: Spark
+    retries it and the retry wins; the load replaces the table partitions the rows fall into."""
+    connector_write(df, args, fail_after_publish_env(args, ctrl))
+    mark(result, "write")
+    result["summary"] = connector_summary(args)
 
 
 def scenario_connector_sql(args, spark, df, ctrl, result):
@@ -449,6 +459,7 @@ SCENARIOS = {
     }, scenario_speculation),
     "connector-retry": ("local[2,4]", 0, {}, scenario_connector_retry),
     "connector-sql": ("local[2,4]", 0, {}, scenario_connector_sql),
+    "connector-overwrite": ("local[2,4]", 0, {}, scenario_connector_overwrite),
     "connector-resume": ("local[2,4]", 0, {}, scenario_connector_resume),
     "connector-zombie": ("local[4,4]", 0, {}, scenario_connector_zombie),
     # Adaptive execution would coalesce the layout's small shuffle into fewer tasks: kept at
@@ -502,6 +513,8 @@ def main():
     p.add_argument("--master")
     p.add_argument("--jar", help="the JVM connector's jar (deploy/spark/build-connector.sh)")
     p.add_argument("--layout-none-table", help="write-auto: also write the rows with write(layout=\"none\") into this table")
+    p.add_argument("--mode", choices=["append", "replace"], default="append",
+                   help="zombie: chpart_spark.write's mode; connector scenarios: replace is mode(\"overwrite\")")
     args = p.parse_args()
     args.work = os.path.abspath(args.work)
     args.event_dir = os.path.join(args.work, "spark-events")
