@@ -683,6 +683,29 @@ fn chpart_load_into_a_distributed_table_loads_every_shard_exactly_once() {
     for node in &s.cluster.nodes {
         assert_eq!(shadow_tables(&node.server).trim(), "0");
     }
+    // A reload of the same months from one file: `--mode replace` leaves that file's rows only.
+    let out = chpart()
+        .args(["load", "--config"])
+        .arg(&s.config)
+        .args([
+            "--table",
+            "db.events",
+            "--load",
+            "dcl-2",
+            "--mode",
+            "replace",
+            "--input",
+        ])
+        .arg(&files[0])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for node in &s.cluster.nodes {
+        node.server.q("TRUNCATE TABLE db.twin_local");
+    }
+    s.insert_twin(&[0]);
+    assert_exactly_once_as_routed(&s, "chpart load --mode replace");
+    assert_eq!(s.leftovers(), Vec::<String>::new());
 }
 
 // ---------------------------------------------------------------------------------------------
