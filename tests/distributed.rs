@@ -969,8 +969,10 @@ fn a_replace_commit_into_a_distributed_table_killed_at_any_step_resumes_exactly_
     assert_eq!(s.leftovers(), Vec::<String>::new());
 }
 
-/// A reader of each shard never sees a replaced partition half old, half new: each shard
-/// swaps it in one REPLACE (across shards there is no transaction: see the docs).
+/// A reader of each shard never sees a replaced partition half old, half new, nor old again
+/// once new: each shard swaps it in one REPLACE. Across shards there is no transaction: the
+/// test prints how long January was new on one shard and still old on another (the window the
+/// docs quote).
 #[test]
 fn readers_of_each_shard_see_a_replaced_partition_all_old_or_all_new() {
     let s = ClusterSetup::new("dist_replace_read", &[1, 2, 3], "id");
@@ -989,10 +991,11 @@ fn readers_of_each_shard_see_a_replaced_partition_all_old_or_all_new() {
                     let mut seen = Vec::new();
                     loop {
                         let done = stop.load(std::sync::atomic::Ordering::SeqCst);
+                        let asked = std::time::Instant::now();
                         let row = node.server.q(
                             "SELECT toYYYYMM(ts) AS m, countIf(name = 'old'), countIf(name = 'new'), count(), uniqExact(id) FROM db.local GROUP BY m ORDER BY m",
                         );
-                        seen.push((node.shard_num, row));
+                        seen.push((node.shard_num, row, asked, std::time::Instant::now()));
                         if done {
                             return seen;
                         }
@@ -1008,19 +1011,32 @@ fn readers_of_each_shard_see_a_replaced_partition_all_old_or_all_new() {
             .flat_map(|r| r.join().unwrap())
             .collect::<Vec<_>>()
     });
-    for (shard, rows) in &seen {
+    // Per shard: the last read that still saw old January rows and the first that saw new ones:
+    // the swap happened after the former was asked and before the latter was answered.
+    let mut last_old = std::collections::BTreeMap::new();
+    let mut first_new = std::collections::BTreeMap::new();
+    for (shard, rows, asked, answered) in &seen {
         for line in rows.lines() {
             let f: Vec<u64> = line
                 .split_whitespace()
                 .map(|x| x.parse().unwrap())
                 .collect();
-            let (old, new, count, unique) = (f[1], f[2], f[3], f[4]);
+            let (month, old, new, count, unique) = (f[0], f[1], f[2], f[3], f[4]);
             assert!(
                 old == 0 || new == 0,
-                "shard {shard}: month {} mixes old and new: {line}",
-                f[0]
+                "shard {shard}: month {month} mixes old and new: {line}"
             );
             assert_eq!(count, unique, "shard {shard}: a row seen twice: {line}");
+            if month == 202601 && old > 0 {
+                assert!(
+                    !first_new.contains_key(shard),
+                    "shard {shard}: January old again after new"
+                );
+                last_old.insert(*shard, *asked);
+            }
+            if month == 202601 && new > 0 {
+                first_new.entry(*shard).or_insert(*answered);
+            }
         }
     }
     assert!(
@@ -1029,4 +1045,25 @@ fn readers_of_each_shard_see_a_replaced_partition_all_old_or_all_new() {
         seen.len()
     );
     assert_exactly_once_as_routed(&s, "after the replace");
+    // The window: from the first shard's swap to the last shard's, each known to within its
+    // reader's poll: (last old read asked, first new read answered).
+    let swaps: Vec<(u32, std::time::Instant, std::time::Instant)> = first_new
+        .iter()
+        .map(|(shard, new)| (*shard, *last_old.get(shard).unwrap_or(new), *new))
+        .collect();
+    assert_eq!(
+        swaps.len(),
+        3,
+        "every shard's January was seen new: {first_new:?}"
+    );
+    let earliest = swaps.iter().map(|(_, old, _)| *old).min().unwrap();
+    let latest = swaps.iter().map(|(_, _, new)| *new).max().unwrap();
+    let first = swaps.iter().map(|(_, _, new)| *new).min().unwrap();
+    let last = swaps.iter().map(|(_, old, _)| *old).max().unwrap();
+    eprintln!(
+        "replace window across shards: January new on one shard and still old on another for {:.0} ms at most ({:.0} ms at least); reads per shard {}",
+        latest.duration_since(earliest).as_secs_f64() * 1000.0,
+        last.saturating_duration_since(first).as_secs_f64() * 1000.0,
+        seen.len() / 3
+    );
 }
