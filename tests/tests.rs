@@ -15,6 +15,7 @@ mod events;
 mod faults;
 mod launcher;
 mod load;
+mod overwrite;
 mod recover;
 mod replace;
 mod s3;

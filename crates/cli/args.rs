@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use chpart_protocol::ledger::Visibility;
+use chpart_protocol::ledger::{Mode, Visibility};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::exit::{self};
@@ -284,6 +284,19 @@ pub enum ModeArg {
     Append,
     /// Replace every partition the load touches, atomically for readers (historical reloads).
     Replace,
+    /// Replace the whole table at once: the load's rows become its only rows, swapped in by
+    /// EXCHANGE TABLES (an Atomic database; a daily snapshot of a dimension table).
+    Overwrite,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Append => Mode::Append,
+            ModeArg::Replace => Mode::Replace,
+            ModeArg::Overwrite => Mode::Overwrite,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -6,10 +6,9 @@ use anyhow::Context;
 use chpart_core::{LoadId, TableRef};
 use chpart_protocol::api::begin_load;
 use chpart_protocol::begin::{BeginOutcome, BeginRequest};
-use chpart_protocol::ledger::Mode;
 use chpart_protocol::store::Ledger;
 
-use crate::args::{BeginArgs, ModeArg};
+use crate::args::BeginArgs;
 use crate::context::{
     load_config, local_version, runtime, server_of, staging_roots, usage, ConfigReach,
 };
@@ -22,10 +21,7 @@ pub fn run_begin(args: BeginArgs) -> Result<ExitCode, Failure> {
     let request = BeginRequest {
         load,
         target,
-        mode: match args.mode {
-            ModeArg::Append => Mode::Append,
-            ModeArg::Replace => Mode::Replace,
-        },
+        mode: args.mode.into(),
         visibility: args.visibility.into(),
         host: config.clickhouse.host_name.clone(),
         allow_materialized_views: args.allow_materialized_views,

@@ -35,7 +35,7 @@ use chpart_protocol::ledger::{LoadInputs, LoadState, Mode, STDIN_DIGEST};
 use chpart_protocol::FailureKind;
 use serde::Serialize;
 
-use crate::args::{LoadArgs, ModeArg};
+use crate::args::LoadArgs;
 use crate::commands::{commit, gc};
 use crate::context::{load_config, usage, DriverEnv, Executor};
 use crate::exit::{self, Failure};
@@ -99,10 +99,7 @@ pub fn run_load(args: LoadArgs) -> Result<ExitCode, Failure> {
         .rt
         .block_on(driver.ledger.view(&load, chpart_protocol::KNOWN_KINDS))
         .map_err(|e| Failure::new(e.kind(), e))?;
-    let mode = match args.mode {
-        ModeArg::Append => Mode::Append,
-        ModeArg::Replace => Mode::Replace,
-    };
+    let mode: Mode = args.mode.into();
     let mut built_now = 0;
     let mut built_before = 0;
     match (&view.state, &view.spec) {

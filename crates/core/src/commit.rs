@@ -97,6 +97,9 @@ pub enum Mode {
     Append,
     /// Replace each partition the load touches, atomically for readers (historical reloads).
     Replace,
+    /// Replace the whole table at once: the load's rows become the table's only rows, built
+    /// in the shadow and swapped in by one `EXCHANGE TABLES` (a daily snapshot of a dimension).
+    Overwrite,
 }
 
 /// When the load's rows become visible to readers.
@@ -117,6 +120,7 @@ impl Mode {
         match self {
             Mode::Append => "append",
             Mode::Replace => "replace",
+            Mode::Overwrite => "overwrite",
         }
     }
 }
@@ -1190,6 +1194,8 @@ pub const ATTACHED_PREFIX: &str = "attached:";
 pub const PUBLISH_INTENT_PREFIX: &str = "publish:";
 /// Prefix of a publish outcome's id.
 pub const PUBLISHED_PREFIX: &str = "published:";
+/// Entry id recording that the shadow was swapped in for the target (overwrite mode).
+pub const EXCHANGED_ENTRY: &str = "exchanged";
 
 /// A ledger entry commit writes, by what its id says.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -1204,6 +1210,8 @@ pub enum CommitEntry {
     PublishIntent(PartitionId),
     /// `published:<partition id>`: the partition is in the target.
     Published(PartitionId),
+    /// `exchanged`: the shadow is the target now (overwrite mode).
+    Exchanged,
     /// `commit`.
     Commit,
 }
@@ -1242,6 +1250,7 @@ impl CommitEntry {
         Ok(Some(match id {
             PLAN_ENTRY => CommitEntry::Plan,
             COMMIT_ENTRY => CommitEntry::Commit,
+            EXCHANGED_ENTRY => CommitEntry::Exchanged,
             _ => {
                 if let Some(rest) = id.strip_prefix(ATTACH_INTENT_PREFIX) {
                     CommitEntry::AttachIntent(part(rest)?)
@@ -1264,6 +1273,7 @@ impl fmt::Display for CommitEntry {
         match self {
             CommitEntry::Plan => f.write_str(PLAN_ENTRY),
             CommitEntry::Commit => f.write_str(COMMIT_ENTRY),
+            CommitEntry::Exchanged => f.write_str(EXCHANGED_ENTRY),
             CommitEntry::AttachIntent(p) => write!(f, "{ATTACH_INTENT_PREFIX}{p}"),
             CommitEntry::Attached(p) => write!(f, "{ATTACHED_PREFIX}{p}"),
             CommitEntry::PublishIntent(p) => write!(f, "{PUBLISH_INTENT_PREFIX}{p}"),
@@ -1283,6 +1293,8 @@ pub struct CommitProgress {
     pub publish_intents: BTreeSet<PartitionId>,
     /// Partitions recorded `published:`.
     pub published: BTreeSet<PartitionId>,
+    /// `exchanged` is recorded (overwrite mode).
+    pub exchanged: bool,
     /// `commit` is recorded.
     pub committed: bool,
 }
@@ -1309,6 +1321,7 @@ impl CommitProgress {
             CommitEntry::Attached(p) => _ = self.attached.insert(p),
             CommitEntry::PublishIntent(p) => _ = self.publish_intents.insert(p),
             CommitEntry::Published(p) => _ = self.published.insert(p),
+            CommitEntry::Exchanged => self.exchanged = true,
             CommitEntry::Commit => self.committed = true,
         }
     }
@@ -1331,6 +1344,9 @@ pub enum CommitPhase {
         /// The partitions not recorded published.
         pending: Vec<PartitionId>,
     },
+    /// Overwrite mode, every part attached into the shadow: the shadow is not recorded swapped
+    /// in: decide with [`decide_exchange`].
+    ExchangeTable,
     /// Everything attached (and published): record `commit`.
     MarkCommitted,
     /// `commit` is recorded: nothing to do.
@@ -1355,6 +1371,13 @@ pub fn commit_phase(plan: Option<&CommitPlan>, progress: &CommitProgress) -> Com
         .collect();
     if !pending.is_empty() {
         return CommitPhase::AttachParts { pending };
+    }
+    if plan.mode == Mode::Overwrite {
+        return if progress.exchanged {
+            CommitPhase::MarkCommitted
+        } else {
+            CommitPhase::ExchangeTable
+        };
     }
     if plan.visibility == Visibility::Partition {
         let pending: Vec<PartitionId> = plan
@@ -1565,7 +1588,7 @@ pub enum PartitionStep {
 ///
 /// If `planned_rows` is 0 in append mode: only a replace plan empties partitions
 /// ([`CommitPlan::from_json`] and [`validate_winners`] refuse parts without rows), so this is
-/// a caller bug.
+/// a caller bug; in overwrite mode, which swaps the table instead ([`decide_exchange`]).
 pub fn decide_partition(mode: Mode, facts: &PartitionFacts) -> PartitionStep {
     assert!(
         facts.planned_rows > 0 || mode == Mode::Replace,
@@ -1584,6 +1607,77 @@ pub fn decide_partition(mode: Mode, facts: &PartitionFacts) -> PartitionStep {
         Mode::Replace if foreign && facts.target_merged_plan => PartitionStep::RecordPublished,
         Mode::Replace if foreign => PartitionStep::Foreign,
         Mode::Replace => PartitionStep::Replace,
+        Mode::Overwrite => {
+            panic!("an overwrite load swaps the whole table; it publishes no partition on its own")
+        }
+    }
+}
+
+/// Where one of an overwrite load's two tables is, found by its UUID (which a table keeps
+/// through RENAME and EXCHANGE in an Atomic database).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableAt {
+    /// Under the target's name.
+    Target,
+    /// Under this commit's own claim name (no other process uses it).
+    Mine,
+    /// Under another name: the shadow's own, or another commit's claim name.
+    Other,
+    /// Nowhere: the table was dropped.
+    Missing,
+}
+
+/// What is known about an overwrite load's swap, observed just before deciding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExchangeFacts {
+    /// The ledger has `exchanged`.
+    pub recorded_exchanged: bool,
+    /// Where the shadow (the new table, every planned part attached into it) is.
+    pub new: TableAt,
+    /// Where the table `begin` found under the target's name (the old rows) is.
+    pub old: TableAt,
+}
+
+/// What to do about an overwrite load's swap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExchangeStep {
+    /// Recorded: nothing to do.
+    Skip,
+    /// Swapped but not recorded: write `exchanged`.
+    RecordExchanged,
+    /// Take the new table for this commit: `RENAME TABLE <where it is> TO <my claim name>`,
+    /// then observe again.
+    Claim,
+    /// The new table is this commit's and the old one is the target: `EXCHANGE TABLES target
+    /// AND <my claim name>`, then observe again.
+    Exchange,
+    /// A state chpart cannot explain (a table dropped, or renamed by someone else): stop.
+    Broken,
+}
+
+/// Decides the next step of an overwrite load's swap (all its parts are attached into the
+/// shadow, the load's decision is this commit's).
+///
+/// `EXCHANGE TABLES` swaps two names in one step, but it is its own inverse: a second swap by
+/// a racing (or resumed) commit would put the old rows back. So a commit first claims the new
+/// table by renaming it to a name only it uses (a rename of a name succeeds once), and swaps
+/// only its own claim, after observing that the new table is under that name and the old one
+/// under the target's. A racing commit may take the claim away (rename it to its own name);
+/// then the first commit's swap fails for want of the table and it observes again. Tables are
+/// found by UUID, which RENAME and EXCHANGE keep, so "the new table is under the target's
+/// name" is exactly "swapped", whoever swapped it.
+pub fn decide_exchange(facts: &ExchangeFacts) -> ExchangeStep {
+    use TableAt::{Mine, Missing, Other, Target};
+    if facts.recorded_exchanged {
+        return ExchangeStep::Skip;
+    }
+    match (facts.new, facts.old) {
+        (Target, Mine | Other | Missing) => ExchangeStep::RecordExchanged,
+        (Mine, Target) => ExchangeStep::Exchange,
+        (Other, Target) => ExchangeStep::Claim,
+        (Missing, _) | (Mine | Other, Mine | Other | Missing) | (Target, Target) => {
+            ExchangeStep::Broken
+        }
     }
 }
 
@@ -1639,23 +1733,26 @@ pub struct OpenReplaceLoad {
     pub load: LoadId,
     /// The partitions its recorded plan replaces; `None` before it recorded one.
     pub planned: Option<BTreeSet<PartitionId>>,
+    /// It is an overwrite load: its plan replaces the whole table, whatever partitions it has.
+    pub whole_table: bool,
 }
 
-/// The first other open replace load of the table whose plan replaces any of `mine`, with the
-/// partitions both replace (sorted). Two replace loads of one partition would each replace the
-/// other's rows, and the one that REPLACEs last wins silently; a load without a plan yet claims
-/// nothing (it checks against this one when it plans).
+/// The first other open replace or overwrite load of the table whose plan replaces any of
+/// `mine`, with the partitions both replace (sorted; empty when one of the two is an overwrite,
+/// `whole_table`, which replaces every partition). Two such loads of one partition would each
+/// replace the other's rows, and the one that publishes last wins silently; a load without a
+/// plan yet claims nothing (it checks against this one when it plans).
 pub fn replace_overlap(
     mine: &BTreeSet<PartitionId>,
+    whole_table: bool,
     others: &[OpenReplaceLoad],
 ) -> Option<(LoadId, Vec<PartitionId>)> {
     others.iter().find_map(|other| {
-        let shared: Vec<PartitionId> = other
-            .planned
-            .as_ref()?
-            .intersection(mine)
-            .cloned()
-            .collect();
+        let planned = other.planned.as_ref()?;
+        if whole_table || other.whole_table {
+            return Some((other.load.clone(), Vec::new()));
+        }
+        let shared: Vec<PartitionId> = planned.intersection(mine).cloned().collect();
         (!shared.is_empty()).then(|| (other.load.clone(), shared))
     })
 }

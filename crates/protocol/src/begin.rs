@@ -93,7 +93,7 @@ pub enum BeginError {
         given: String,
     },
     /// Another open load replaces partitions of the same table.
-    #[error("table {table}: load {other} is open in replace mode on it; a replace load owns the partitions it replaces until it is committed or aborted, so another one cannot begin (finish or abort {other} first)")]
+    #[error("table {table}: load {other} is open in replace mode on it; a replace load owns the partitions it replaces until it is committed or aborted (an overwrite load the whole table), so another one cannot begin (finish or abort {other} first)")]
     ReplaceBusy {
         /// The table.
         table: TableRef,
@@ -193,15 +193,26 @@ pub async fn begin_on(
     if let Some(outcome) = existing_outcome(&view.state, view.spec.as_ref(), req)? {
         return Ok(outcome);
     }
-    if req.mode == Mode::Replace && req.visibility == Visibility::Part {
+    if req.mode != Mode::Append && req.visibility == Visibility::Part {
         return Err(BeginError::Unsupported {
             table: req.target.clone(),
-            message: "replace mode swaps whole partitions from a shadow table; it needs --visibility partition".into(),
+            message: format!(
+                "{} mode swaps {} from a shadow table; it needs --visibility partition",
+                req.mode,
+                if req.mode == Mode::Replace {
+                    "whole partitions"
+                } else {
+                    "the whole table"
+                }
+            ),
         });
     }
+    if req.mode == Mode::Overwrite {
+        check_swappable(server, &req.target).await?;
+    }
     // Which partitions a load replaces is known only at commit (which checks again, against
-    // the other loads' plans); at begin, one open replace load per table.
-    if req.mode == Mode::Replace {
+    // the other loads' plans); at begin, one open replace (or overwrite) load per table.
+    if req.mode != Mode::Append {
         if let Some(other) =
             open_replace_loads(ledger, &req.target, &req.load, req.shard_of.as_ref())
                 .await?
@@ -410,6 +421,25 @@ pub async fn stop_merges(
         .await
 }
 
+/// Overwrite swaps the target with its shadow by `EXCHANGE TABLES`, which only an Atomic
+/// database does at once (readers see one table or the other); anywhere else it is refused.
+async fn check_swappable(
+    server: &dyn ClickHouseServer,
+    target: &TableRef,
+) -> Result<(), BeginError> {
+    let db = target.database.as_str();
+    match server.database_engine(db).await?.as_deref() {
+        Some("Atomic") => Ok(()),
+        engine => Err(BeginError::Unsupported {
+            table: target.clone(),
+            message: format!(
+                "overwrite swaps the table with a shadow by EXCHANGE TABLES, which only an Atomic database does atomically; database {db} is {}",
+                engine.map_or_else(|| "missing".to_owned(), |e| format!("of engine {e}"))
+            ),
+        }),
+    }
+}
+
 /// The open loads in replace mode that target `table`, other than `except`, each with the
 /// partitions its recorded plan replaces (`None` before it has one). Reads the loads gc has not
 /// recorded done ([`Ledger::unsettled_loads`]), among which every open load is, not the ledger.
@@ -437,7 +467,7 @@ pub(crate) async fn open_replace_loads(
         let Some(spec) = view.spec.as_ref() else {
             continue;
         };
-        if view.state != LoadState::Open || spec.mode != Mode::Replace || &spec.target != table {
+        if view.state != LoadState::Open || spec.mode == Mode::Append || &spec.target != table {
             continue;
         }
         if let (Some(mine), Some(theirs)) = (shard, spec.shard_of.as_ref()) {
@@ -454,6 +484,7 @@ pub(crate) async fn open_replace_loads(
         out.push(OpenReplaceLoad {
             load: spec.load.clone(),
             planned,
+            whole_table: spec.mode == Mode::Overwrite,
         });
     }
     Ok(out)

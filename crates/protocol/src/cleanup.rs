@@ -15,8 +15,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chpart_core::commit::Visibility;
-use chpart_core::{DetachedEntry, DiskPlace, LoadId, PartName, RemotePath, StagingLayout};
+use chpart_core::commit::{Mode, Visibility};
+use chpart_core::{
+    DetachedEntry, DiskPlace, LoadId, PartName, RemotePath, StagingLayout, TableRef,
+};
 use chpart_remote::{RemoteError, RemoteFs};
 use chpart_server::{code, quote_table, ClickHouseServer, ServerError};
 use serde::{Deserialize, Serialize};
@@ -177,7 +179,39 @@ async fn clean(
     let removed = &mut cleaned.removed;
     let disks = disks_of(spec, staging)?;
     let (db, table) = (spec.publish.database.as_str(), spec.publish.table.as_str());
-    if spec.publish != spec.target {
+    // The table whose detached/ holds the load's parts and is cleaned part by part (`None`: it
+    // is dropped whole, detached/ with it).
+    let mut parts_in = (spec.publish == spec.target).then(|| spec.target.clone());
+    if spec.mode == Mode::Overwrite {
+        // The shadow and the table it replaced are found by UUID: either may be under the
+        // shadow's name, a commit's claim name or the target's. Under the target's it is the
+        // table now (the shadow after the swap: its detached/ holds the losers' parts); under
+        // a name of the load's it is garbage: the shadow of a load that never swapped, or the
+        // old table after the swap.
+        let uuids = [
+            spec.publish_snapshot.uuid.clone(),
+            spec.target_snapshot.uuid.clone(),
+        ];
+        for (uuid, name) in server.table_names_by_uuid(db, &uuids).await? {
+            if name == spec.target.table.as_str() {
+                if uuid == spec.publish_snapshot.uuid {
+                    parts_in = Some(spec.target.clone());
+                }
+            } else if crate::commit::is_load_table_name(table, &name) {
+                if !dry_run {
+                    server
+                        .execute_idempotent(&format!(
+                            "DROP TABLE IF EXISTS {} SYNC",
+                            quote_table(db, &name)
+                        ))
+                        .await?;
+                }
+                removed.push(Removal::ShadowTable {
+                    table: format!("{db}.{name}"),
+                });
+            }
+        }
+    } else if spec.publish != spec.target {
         // The shadow belongs to this load alone: dropping it removes its detached/ too.
         if server.table_info(db, table).await?.is_some() {
             if !dry_run {
@@ -194,7 +228,7 @@ async fn clean(
         }
     }
     for disk in &disks {
-        let on_disk = clean_disk(server, fs, spec, disk, dry_run).await?;
+        let on_disk = clean_disk(server, fs, spec, parts_in.as_ref(), disk, dry_run).await?;
         cleaned.removed.extend(on_disk.removed);
         cleaned.kept |= on_disk.kept;
     }
@@ -207,6 +241,7 @@ async fn clean_disk(
     server: &dyn ClickHouseServer,
     fs: &dyn RemoteFs,
     spec: &LoadSpec,
+    parts_in: Option<&TableRef>,
     disk: &DiskPlace,
     dry_run: bool,
 ) -> Result<Cleaned, CleanupError> {
@@ -214,11 +249,11 @@ async fn clean_disk(
     let staging = disk.staging();
     let attempts = tokio::task::block_in_place(|| staged_attempts(fs, &staging, &spec.load))?;
     let data_path = &disk.data_path;
-    if spec.publish == spec.target && dry_run {
+    if let (Some(table), true) = (parts_in, dry_run) {
         // What the pass below drops; it reads each intent only once the directory is taken.
         for attempt in &attempts {
             removed.extend(
-                drop_listed_parts(server, fs, spec, data_path, attempt, true)
+                drop_listed_parts(server, fs, table, data_path, attempt, true)
                     .await?
                     .removed,
             );
@@ -246,7 +281,7 @@ async fn clean_disk(
                 Err(e) => return Err(remote(format!("rename {dir} to {taken}"))(e)),
             }
         };
-        if spec.publish == spec.target {
+        if let Some(table) = parts_in {
             let taken_attempt = StagedAttempt {
                 parts: tokio::task::block_in_place(|| {
                     read_intent(fs, &format!("{taken}/publish-intent.json"))
@@ -254,7 +289,7 @@ async fn clean_disk(
                 ..attempt.clone()
             };
             let dropped =
-                drop_listed_parts(server, fs, spec, data_path, &taken_attempt, false).await?;
+                drop_listed_parts(server, fs, table, data_path, &taken_attempt, false).await?;
             removed.extend(dropped.removed);
             if dropped.held > 0 {
                 // The intent is the only record that these parts are the attempt's: keep it
@@ -299,12 +334,11 @@ struct Dropped {
 async fn drop_listed_parts(
     server: &dyn ClickHouseServer,
     fs: &dyn RemoteFs,
-    spec: &LoadSpec,
+    table: &TableRef,
     data_path: &RemotePath,
     attempt: &StagedAttempt,
     dry_run: bool,
 ) -> Result<Dropped, CleanupError> {
-    let table = &spec.publish;
     let (db, name) = (table.database.as_str(), table.table.as_str());
     let entries = server.detached_parts(db, name).await?;
     let present: BTreeSet<&str> = entries

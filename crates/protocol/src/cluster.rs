@@ -103,13 +103,17 @@ pub async fn begin_cluster(
     let target = &req.target;
     let engine =
         DistributedEngine::parse(&info.engine_full).map_err(|e| refuse(target, e.to_string()))?;
-    if req.mode == Mode::Replace {
-        // One open replace load per Distributed table, as per table (each shard's sub-load
-        // checks its own local table again, and every shard's commit checks the plans).
+    if req.mode != Mode::Append {
+        // One open replace (or overwrite) load per Distributed table, as per table (each
+        // shard's sub-load checks its own local table again, and every shard's commit checks
+        // the plans).
         if req.visibility == Visibility::Part {
             return Err(refuse(
                 target,
-                "replace mode swaps whole partitions from a shadow table; it needs --visibility partition",
+                format!(
+                    "{} mode swaps data from a shadow table; it needs --visibility partition",
+                    req.mode
+                ),
             ));
         }
         if let Some(other) = crate::begin::open_replace_loads(ledger, target, &req.load, None)

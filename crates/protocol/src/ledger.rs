@@ -183,6 +183,8 @@ pub mod kind {
     pub const PUBLISH_INTENT: &str = "publish_intent";
     /// A partition is in the target.
     pub const PARTITION_PUBLISHED: &str = "partition_published";
+    /// Overwrite mode: the shadow was swapped in for the target (entry id `exchanged`).
+    pub const TABLE_EXCHANGED: &str = "table_exchanged";
     /// An operator ended a load that a commit had claimed but cannot finish (`abort --force`);
     /// rows that commit already made visible stay. Body: when.
     pub const LOAD_ABANDONED: &str = "load_abandoned";
@@ -237,6 +239,7 @@ pub const KNOWN_KINDS: &[&str] = &[
     kind::PART_ATTACHED,
     kind::PUBLISH_INTENT,
     kind::PARTITION_PUBLISHED,
+    kind::TABLE_EXCHANGED,
     kind::ATTEMPT_FENCED,
 ];
 

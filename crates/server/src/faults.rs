@@ -222,6 +222,28 @@ impl ClickHouseServer for Faulty {
         .await
     }
 
+    async fn database_engine(&self, database: &str) -> Result<Option<String>, ServerError> {
+        self.around(
+            "database_engine",
+            database,
+            self.inner.database_engine(database),
+        )
+        .await
+    }
+
+    async fn table_names_by_uuid(
+        &self,
+        database: &str,
+        uuids: &[String],
+    ) -> Result<Vec<(String, String)>, ServerError> {
+        self.around(
+            "table_names_by_uuid",
+            database,
+            self.inner.table_names_by_uuid(database, uuids),
+        )
+        .await
+    }
+
     async fn table_info(
         &self,
         database: &str,

@@ -443,6 +443,17 @@ pub trait ClickHouseServer: Send + Sync + fmt::Debug {
     /// Whether `database` exists.
     async fn database_exists(&self, database: &str) -> Result<bool, ServerError>;
 
+    /// The engine of `database` (`Atomic`, `Ordinary`, ...), `None` if it does not exist.
+    async fn database_engine(&self, database: &str) -> Result<Option<String>, ServerError>;
+
+    /// The names in `database` of the tables with these UUIDs, as (uuid, name); a UUID no
+    /// table there has is left out. A table keeps its UUID through RENAME and EXCHANGE.
+    async fn table_names_by_uuid(
+        &self,
+        database: &str,
+        uuids: &[String],
+    ) -> Result<Vec<(String, String)>, ServerError>;
+
     /// The table's definition and data paths, or `None` if it does not exist.
     async fn table_info(
         &self,
@@ -575,6 +586,33 @@ impl ClickHouseServer for Server {
             )
             .await?;
         Ok(!rows.is_empty())
+    }
+
+    async fn database_engine(&self, database: &str) -> Result<Option<String>, ServerError> {
+        let mut rows: Vec<String> = self
+            .fetch(
+                "SELECT engine FROM system.databases WHERE name = {db:String}",
+                &[("db", database)],
+            )
+            .await?;
+        Ok(rows.pop())
+    }
+
+    async fn table_names_by_uuid(
+        &self,
+        database: &str,
+        uuids: &[String],
+    ) -> Result<Vec<(String, String)>, ServerError> {
+        if uuids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list = uuids.join(",");
+        self.fetch(
+            "SELECT toString(uuid), name FROM system.tables WHERE database = {db:String} \
+             AND has(splitByChar(',', {uuids:String}), toString(uuid)) ORDER BY name",
+            &[("db", database), ("uuids", &list)],
+        )
+        .await
     }
 
     async fn table_info(

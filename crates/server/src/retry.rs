@@ -121,6 +121,22 @@ impl ClickHouseServer for Retrying {
             .await
     }
 
+    async fn database_engine(&self, database: &str) -> Result<Option<String>, ServerError> {
+        self.again("database_engine", || self.inner.database_engine(database))
+            .await
+    }
+
+    async fn table_names_by_uuid(
+        &self,
+        database: &str,
+        uuids: &[String],
+    ) -> Result<Vec<(String, String)>, ServerError> {
+        self.again("table_names_by_uuid", || {
+            self.inner.table_names_by_uuid(database, uuids)
+        })
+        .await
+    }
+
     async fn table_info(
         &self,
         database: &str,

@@ -280,6 +280,16 @@ impl ClickHouse {
         }
     }
 
+    /// Runs one statement with session settings given as URL parameters (`name=value`, no
+    /// escaping needed) and panics on error: settings a statement's own `SETTINGS` cannot carry.
+    pub fn q_with(&self, settings: &[&str], sql: &str) -> String {
+        let path = format!("/?{}", settings.join("&"));
+        match http(self.host, self.http_port, "POST", &path, sql.as_bytes()) {
+            Ok((200, body)) => body,
+            other => panic!("query failed: {sql} (settings {settings:?})\n{other:?}"),
+        }
+    }
+
     /// Like [`ClickHouse::query`] but panics on error; for test set-up and checks.
     pub fn q(&self, sql: &str) -> String {
         self.query(sql)

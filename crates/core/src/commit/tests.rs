@@ -775,6 +775,281 @@ fn plan_matches_table() {
 }
 
 #[test]
+fn decide_exchange_table() {
+    use ExchangeStep::{Broken, Claim, Exchange, RecordExchanged, Skip};
+    use TableAt::{Mine, Missing, Other, Target};
+    let f = |recorded_exchanged, new, old| ExchangeFacts {
+        recorded_exchanged,
+        new,
+        old,
+    };
+    let rows = [
+        (
+            "not claimed yet: the shadow under its own name",
+            f(false, Other, Target),
+            Claim,
+        ),
+        ("claimed by this commit", f(false, Mine, Target), Exchange),
+        (
+            "claimed by another commit (racing, or dead after its RENAME): take it",
+            f(false, Other, Target),
+            Claim,
+        ),
+        (
+            "swapped by this commit, not recorded",
+            f(false, Target, Mine),
+            RecordExchanged,
+        ),
+        (
+            "swapped by another commit (the old rows under its claim name)",
+            f(false, Target, Other),
+            RecordExchanged,
+        ),
+        (
+            "swapped, and this commit then renamed the old table to its claim name",
+            f(false, Target, Mine),
+            RecordExchanged,
+        ),
+        (
+            "swapped, old table dropped by hand since",
+            f(false, Target, Missing),
+            RecordExchanged,
+        ),
+        ("recorded", f(true, Target, Other), Skip),
+        (
+            "recorded, tables moved since: not this load's",
+            f(true, Other, Other),
+            Skip,
+        ),
+        ("the shadow dropped", f(false, Missing, Target), Broken),
+        (
+            "the target dropped or renamed by someone else",
+            f(false, Other, Missing),
+            Broken,
+        ),
+        (
+            "the target renamed by someone else, shadow claimed",
+            f(false, Mine, Other),
+            Broken,
+        ),
+        (
+            "both under the target's name: impossible",
+            f(false, Target, Target),
+            Broken,
+        ),
+    ];
+    for (row, facts, want) in rows {
+        assert_eq!(decide_exchange(&facts), want, "{row}");
+    }
+    // Every combination: an EXCHANGE is sent only for this commit's claim against the old
+    // table, so it never swaps back what another commit swapped.
+    let all = [Target, Mine, Other, Missing];
+    for new in all {
+        for old in all {
+            for recorded in [false, true] {
+                let step = decide_exchange(&f(recorded, new, old));
+                if step == Exchange {
+                    assert_eq!((recorded, new, old), (false, Mine, Target));
+                }
+                if step == RecordExchanged {
+                    assert_eq!(new, Target);
+                }
+            }
+        }
+    }
+}
+
+/// Overwrite: racing, dying and resumed commits never swap the old table back, and a commit
+/// run alone afterwards always finishes. A model of names over the two tables (`N`, the new
+/// one, and `O`, the old one, found by UUID): RENAME and EXCHANGE act on whatever is under a
+/// name now and fail when a name is missing (or taken), and a commit acts on its last
+/// observation, however stale, one step after making it. Every interleaving of three commits,
+/// each of which may die at any point, is explored.
+#[test]
+fn exchange_races_never_swap_back() {
+    use std::collections::HashSet;
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    enum C {
+        /// Observes next.
+        Idle,
+        /// Acts next on this decision (and where it saw the new table).
+        Decided(ExchangeStep, String),
+        Done,
+        Dead,
+    }
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    struct W {
+        names: BTreeMap<String, char>,
+        recorded: bool,
+        commits: Vec<C>,
+    }
+    fn claim(c: usize) -> String {
+        format!("claim-{c}")
+    }
+    fn at(w: &W, table: char, c: usize) -> TableAt {
+        match w
+            .names
+            .iter()
+            .find(|(_, t)| **t == table)
+            .map(|(n, _)| n.as_str())
+        {
+            Some("target") => TableAt::Target,
+            Some(n) if n == claim(c) => TableAt::Mine,
+            Some(_) => TableAt::Other,
+            None => TableAt::Missing,
+        }
+    }
+    fn name_of(w: &W, table: char) -> String {
+        w.names
+            .iter()
+            .find(|(_, t)| **t == table)
+            .unwrap()
+            .0
+            .clone()
+    }
+    /// The world after commit `c` takes its next step.
+    fn step(w: &W, c: usize) -> W {
+        let mut w = w.clone();
+        match w.commits[c].clone() {
+            C::Idle => {
+                let facts = ExchangeFacts {
+                    recorded_exchanged: w.recorded,
+                    new: at(&w, 'N', c),
+                    old: at(&w, 'O', c),
+                };
+                let decided = decide_exchange(&facts);
+                assert_ne!(decided, ExchangeStep::Broken, "{facts:?} in {w:?}");
+                w.commits[c] = C::Decided(decided, name_of(&w, 'N'));
+            }
+            C::Decided(decided, seen) => {
+                w.commits[c] = C::Idle;
+                match decided {
+                    ExchangeStep::Skip => w.commits[c] = C::Done,
+                    ExchangeStep::RecordExchanged => w.recorded = true,
+                    ExchangeStep::Claim => {
+                        if !w.names.contains_key(&claim(c)) {
+                            if let Some(t) = w.names.remove(&seen) {
+                                w.names.insert(claim(c), t);
+                            }
+                        }
+                    }
+                    ExchangeStep::Exchange => {
+                        if let (Some(a), Some(b)) = (
+                            w.names.get("target").copied(),
+                            w.names.get(&claim(c)).copied(),
+                        ) {
+                            w.names.insert("target".into(), b);
+                            w.names.insert(claim(c), a);
+                        }
+                    }
+                    ExchangeStep::Broken => unreachable!(),
+                }
+            }
+            C::Done | C::Dead => unreachable!(),
+        }
+        w
+    }
+    let start = W {
+        names: [("shadow".to_owned(), 'N'), ("target".to_owned(), 'O')].into(),
+        recorded: false,
+        commits: vec![C::Idle; 3],
+    };
+    let mut seen = HashSet::new();
+    let mut todo = vec![start];
+    let mut finished = 0;
+    while let Some(w) = todo.pop() {
+        if !seen.insert(w.clone()) {
+            continue;
+        }
+        let swapped = w.names.get("target") == Some(&'N');
+        let mut next = Vec::new();
+        for c in 0..w.commits.len() {
+            if matches!(w.commits[c], C::Done | C::Dead) {
+                continue;
+            }
+            next.push(step(&w, c));
+            let mut dead = w.clone();
+            dead.commits[c] = C::Dead;
+            next.push(dead);
+        }
+        for n in &next {
+            if swapped {
+                assert_eq!(
+                    n.names.get("target"),
+                    Some(&'N'),
+                    "swapped back: {w:?} -> {n:?}"
+                );
+            }
+            assert!(
+                !n.recorded || n.names.get("target") == Some(&'N'),
+                "recorded unswapped: {n:?}"
+            );
+        }
+        if next.is_empty() {
+            // Every commit is done or dead: one more, alone, finishes within a few steps.
+            finished += 1;
+            let mut lone = w.clone();
+            lone.commits.push(C::Idle);
+            let c = lone.commits.len() - 1;
+            for _ in 0..12 {
+                if lone.commits[c] == C::Done {
+                    break;
+                }
+                lone = step(&lone, c);
+            }
+            assert_eq!(
+                lone.commits[c],
+                C::Done,
+                "a lone commit did not finish from {w:?}"
+            );
+            assert!(
+                lone.recorded && lone.names.get("target") == Some(&'N'),
+                "{lone:?}"
+            );
+        }
+        todo.extend(next);
+    }
+    assert!(
+        seen.len() > 1_000 && finished > 20,
+        "{} states, {finished} ends",
+        seen.len()
+    );
+}
+
+#[test]
+fn an_overwrite_commit_swaps_once_every_part_is_attached() {
+    let p = plan(Visibility::Partition, Mode::Overwrite);
+    let mut progress = CommitProgress::default();
+    assert!(matches!(
+        commit_phase(Some(&p), &progress),
+        CommitPhase::AttachParts { .. }
+    ));
+    for part in &p.parts {
+        progress.record(CommitEntry::Attached(part.name.clone()));
+    }
+    assert_eq!(
+        commit_phase(Some(&p), &progress),
+        CommitPhase::ExchangeTable
+    );
+    progress.record(CommitEntry::parse("exchanged").unwrap().unwrap());
+    assert_eq!(
+        commit_phase(Some(&p), &progress),
+        CommitPhase::MarkCommitted
+    );
+    assert_eq!(CommitEntry::Exchanged.id(), "exchanged");
+    // A load with no rows at all still swaps: the new table is empty.
+    let empty = CommitPlan::from_winners(
+        &winners(&[manifest("L", 0, "app.1", &[])]),
+        Visibility::Partition,
+        Mode::Overwrite,
+    );
+    assert_eq!(
+        commit_phase(Some(&empty), &CommitProgress::default()),
+        CommitPhase::ExchangeTable
+    );
+}
+
+#[test]
 fn emptied_partitions_table() {
     let ids = |list: &[&str]| -> BTreeSet<PartitionId> {
         list.iter().map(|s| s.parse().unwrap()).collect()
@@ -1345,6 +1620,11 @@ fn replace_overlap_table() {
     let other = |load: &str, planned: Option<&[&str]>| OpenReplaceLoad {
         load: load.parse().unwrap(),
         planned: planned.map(ids),
+        whole_table: false,
+    };
+    let overwrite = |load: &str, planned: Option<&[&str]>| OpenReplaceLoad {
+        whole_table: true,
+        ..other(load, planned)
     };
     let mine = ids(&["202601", "202602"]);
     // (situation, other open replace loads of the table, the conflict)
@@ -1378,8 +1658,42 @@ fn replace_overlap_table() {
     ];
     for (row, others, want) in rows {
         let want = want.map(|(l, p)| (l.parse().unwrap(), ids(&p).into_iter().collect()));
-        assert_eq!(replace_overlap(&mine, &others), want, "{row}");
+        assert_eq!(replace_overlap(&mine, false, &others), want, "{row}");
     }
+    // An overwrite replaces every partition: it overlaps any planned load, and any planned
+    // load overlaps it (no partitions named: all of them).
+    let whole: Vec<Row> = vec![
+        (
+            "an overwrite not planned yet",
+            vec![overwrite("b", None)],
+            None,
+        ),
+        (
+            "a planned overwrite with other partitions",
+            vec![overwrite("b", Some(&["202609"]))],
+            Some(("b", vec![])),
+        ),
+        (
+            "a planned overwrite of no rows at all",
+            vec![overwrite("b", Some(&[]))],
+            Some(("b", vec![])),
+        ),
+    ];
+    for (row, others, want) in whole {
+        let want = want.map(|(l, p)| (l.parse().unwrap(), ids(&p).into_iter().collect()));
+        assert_eq!(replace_overlap(&mine, false, &others), want, "{row}");
+    }
+    let planned_replace = [other("b", Some(&["202612"]))];
+    assert_eq!(
+        replace_overlap(&mine, true, &planned_replace),
+        Some(("b".parse().unwrap(), vec![])),
+        "this overwrite against a planned replace of other partitions"
+    );
+    assert_eq!(
+        replace_overlap(&mine, true, &[other("b", None)]),
+        None,
+        "this overwrite against a replace not planned yet"
+    );
 }
 
 #[test]

@@ -262,7 +262,20 @@ pub(super) async fn reconcile_attached(
             }
             match check_shadow(&p.spec, &p.plan, &p.progress.known, &observed) {
                 Ok(pending) => break pending,
-                Err(e) if fresh => return Err(e),
+                Err(e) if fresh => {
+                    // Overwrite: a racing commit claimed the shadow (renamed it) or swapped it
+                    // in, after it checked it; the swap finds it by UUID.
+                    let (db, shadow) = (
+                        p.spec.publish.database.as_str(),
+                        p.spec.publish.table.as_str(),
+                    );
+                    if p.spec.mode == Mode::Overwrite
+                        && env.server.table_info(db, shadow).await?.is_none()
+                    {
+                        return Ok(None);
+                    }
+                    return Err(e);
+                }
                 Err(_) => {}
             }
         } else if fresh {

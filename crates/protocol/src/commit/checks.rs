@@ -137,7 +137,8 @@ pub(super) async fn check_replace_overlap(
         .map(|p| p.partition_id)
         .filter(|id| !progress.publish_intents.contains(id))
         .collect();
-    if mine.is_empty() {
+    let whole_table = spec.mode == Mode::Overwrite;
+    if mine.is_empty() && !whole_table {
         return Ok(());
     }
     let others = crate::begin::open_replace_loads(
@@ -147,13 +148,17 @@ pub(super) async fn check_replace_overlap(
         spec.shard_of.as_ref(),
     )
     .await?;
-    match replace_overlap(&mine, &others) {
+    match replace_overlap(&mine, whole_table, &others) {
         None => Ok(()),
         Some((other, partitions)) => Err(CommitError::ReplaceOverlap {
             load: spec.load.clone(),
             table: spec.target.clone(),
             other,
-            partitions: partitions.iter().map(ToString::to_string).collect(),
+            partitions: if partitions.is_empty() {
+                vec!["all of them (an overwrite replaces the whole table)".into()]
+            } else {
+                partitions.iter().map(ToString::to_string).collect()
+            },
         }),
     }
 }

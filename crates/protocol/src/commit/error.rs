@@ -188,6 +188,26 @@ pub enum CommitError {
         /// The part.
         part: String,
     },
+    /// Overwrite: the two tables of the swap are not where chpart leaves them.
+    #[error("load {load}: the swap of {table} cannot go on: the new table (the shadow) is {new}, the table begin found under that name is {old}; something other than chpart dropped or renamed one of them. Nothing was swapped by this run; inspect both before retrying")]
+    ExchangeBroken {
+        /// The load.
+        load: LoadId,
+        /// The target.
+        table: TableRef,
+        /// Where the new table is.
+        new: String,
+        /// Where the old table is.
+        old: String,
+    },
+    /// Overwrite: the swap did not settle within the rounds (commits racing for it).
+    #[error("load {load}: the swap of {table} with its shadow did not settle (other commits of the load keep claiming it); re-run commit")]
+    ExchangeStuck {
+        /// The load.
+        load: LoadId,
+        /// The target.
+        table: TableRef,
+    },
     /// Taking back a crashed ATTACH's claim failed.
     #[error("load {load}: part {part}: renaming {path} back to its name (a claim left by an ATTACH that died with its server): {source}")]
     Reclaim {
@@ -237,9 +257,9 @@ impl CommitError {
             | CommitError::PlanWithoutManifests { .. } => FailureKind::Usage,
             CommitError::Server(e) => crate::server_failure(e),
             CommitError::Ledger(e) => e.kind(),
-            CommitError::Stuck { .. } | CommitError::PendingMutations { .. } => {
-                FailureKind::Retryable
-            }
+            CommitError::Stuck { .. }
+            | CommitError::ExchangeStuck { .. }
+            | CommitError::PendingMutations { .. } => FailureKind::Retryable,
             CommitError::Reclaim { source, .. } if source.is_transient() => FailureKind::Retryable,
             CommitError::Shard { source, .. } => source.kind(),
             CommitError::Unreachable { source, .. } if source.is_transient() => {

@@ -56,6 +56,7 @@ use crate::FailureKind;
 mod attach;
 mod checks;
 mod error;
+mod exchange;
 mod publish;
 mod record;
 mod verify;
@@ -63,6 +64,8 @@ mod verify;
 use attach::*;
 use checks::*;
 pub use error::CommitError;
+use exchange::exchange_table;
+pub use exchange::is_load_table_name;
 use publish::*;
 use record::*;
 use verify::*;
@@ -503,12 +506,22 @@ impl Planned {
 
         // Nothing becomes visible unless the tables are as the parts expect and every part
         // still waiting in detached/ is exactly what its manifest says.
-        let mut tables = vec![(&spec.publish, &spec.publish_snapshot)];
+        let progress = Progress::of(&view)?;
+        // Overwrite with every part attached: a commit may have claimed the shadow (renamed
+        // it) or swapped it in; the swap finds it by UUID and stops if it is gone.
+        let swapping = spec.mode == Mode::Overwrite
+            && matches!(
+                commit_phase(recorded_plan(&view)?.as_ref(), &progress.known),
+                CommitPhase::ExchangeTable | CommitPhase::MarkCommitted
+            );
+        let mut tables = Vec::new();
+        if !swapping {
+            tables.push((&spec.publish, &spec.publish_snapshot));
+        }
         if spec.publish != spec.target {
             tables.push((&spec.target, &spec.target_snapshot));
         }
         check_tables(env, &load, &tables).await?;
-        let progress = Progress::of(&view)?;
         let observed = verify_waiting_parts(env, &spec, &winners, &progress.known, verify).await?;
         let data_paths: HashMap<PartName, RemotePath> = winners
             .manifests()
@@ -558,7 +571,15 @@ impl Planned {
         }
         if self.spec.publish != self.spec.target {
             // Again on every run: a server restart since `begin` lets the shadow merge.
-            crate::begin::stop_merges(env.server, &self.spec.publish).await?;
+            match crate::begin::stop_merges(env.server, &self.spec.publish).await {
+                // Overwrite: a racing commit claimed the shadow (renamed it) or swapped it in
+                // already, once every part was attached; the swap finds it by UUID (and stops
+                // if it is gone).
+                Err(e)
+                    if self.spec.mode == Mode::Overwrite
+                        && e.code() == Some(chpart_server::code::UNKNOWN_TABLE) => {}
+                result => result?,
+            }
         }
         Ok(Claimed(self))
     }
@@ -601,6 +622,19 @@ impl Attached {
             attached_now,
             mut observed_shadow,
         } = self;
+        if p.phase() == CommitPhase::ExchangeTable {
+            let (db, shadow) = (
+                p.spec.publish.database.as_str(),
+                p.spec.publish.table.as_str(),
+            );
+            if observed_shadow.is_none() && env.server.table_info(db, shadow).await?.is_some() {
+                // Resumed with every part attached, the shadow not claimed yet: it is checked
+                // by this run too before it becomes the table.
+                observed_shadow = reconcile_attached(env, &mut p).await?;
+            }
+            check_replace_overlap(env, &p.spec, &p.plan, &p.progress.known).await?;
+            exchange_table(env, &mut p).await?;
+        }
         while let CommitPhase::PublishPartitions { .. } = p.phase() {
             let Some(observed) = observed_shadow.take() else {
                 // Resumed with every part attached: what waits in the shadow is checked by

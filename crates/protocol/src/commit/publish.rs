@@ -75,6 +75,7 @@ pub(super) async fn publish_partitions(
         let in_target = match spec.mode {
             Mode::Replace => Some(table_parts(server, &spec.target).await?),
             Mode::Append => None,
+            Mode::Overwrite => unreachable!("an overwrite load swaps the table (exchange.rs)"),
         };
         // Replace: the intents (and the blocks the target had handed out when each was
         // recorded), read after the observation, so an intent missing here means no REPLACE
@@ -83,7 +84,7 @@ pub(super) async fn publish_partitions(
             Mode::Replace => {
                 replace_intents(&env.ledger.view(&spec.load, crate::KNOWN_KINDS).await?)?
             }
-            Mode::Append => BTreeMap::new(),
+            Mode::Append | Mode::Overwrite => BTreeMap::new(),
         };
         let mut confirmed = Vec::new();
         let mut statements = Vec::new();

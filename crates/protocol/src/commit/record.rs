@@ -89,6 +89,7 @@ pub(super) fn entry_kind(entry: &CommitEntry) -> &'static str {
         CommitEntry::Attached(_) => kind::PART_ATTACHED,
         CommitEntry::PublishIntent(_) => kind::PUBLISH_INTENT,
         CommitEntry::Published(_) => kind::PARTITION_PUBLISHED,
+        CommitEntry::Exchanged => kind::TABLE_EXCHANGED,
         CommitEntry::Commit => kind::LOAD_COMMITTED,
     }
 }
@@ -101,6 +102,7 @@ pub(super) fn holds(progress: &CommitProgress, entry: &CommitEntry) -> bool {
         CommitEntry::Attached(p) => progress.attached.contains(p),
         CommitEntry::PublishIntent(p) => progress.publish_intents.contains(p),
         CommitEntry::Published(p) => progress.published.contains(p),
+        CommitEntry::Exchanged => progress.exchanged,
         CommitEntry::Commit => progress.committed,
     }
 }

@@ -385,6 +385,9 @@ pub(super) fn next_with(
             }
             Act::Wait
         }
+        CommitPhase::ExchangeTable => {
+            unreachable!("overwrite loads are modelled by tests::exchange_races_never_swap_back")
+        }
         CommitPhase::PublishPartitions { pending } => {
             if progress.publish_intents.is_empty() {
                 // Nothing moved yet: the shadow holds exactly the load's rows.
@@ -504,6 +507,7 @@ pub(super) fn describe(plan: &CommitPlan, act: &Act) -> String {
         Act::Write(CommitEntry::PublishIntent(id)) => format!("intent {id}"),
         Act::Write(CommitEntry::Published(id)) => format!("published {id}"),
         Act::Write(CommitEntry::Commit) => "commit".into(),
+        Act::Write(CommitEntry::Exchanged) => "exchanged".into(),
         Act::Attach(n) => format!("ATTACH part {}", index(n)),
         Act::Reclaim(n) => format!("reclaim part {}", index(n)),
         Act::Move(id) => format!("MOVE {id}"),
@@ -542,6 +546,7 @@ pub(super) fn phase(world: &World) -> String {
         CommitPhase::PublishPartitions { pending } => {
             format!("PublishPartitions({})", pending.len())
         }
+        CommitPhase::ExchangeTable => "ExchangeTable".into(),
         CommitPhase::MarkCommitted => "MarkCommitted".into(),
         CommitPhase::Done => "Done".into(),
     }
