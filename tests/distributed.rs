@@ -1067,3 +1067,49 @@ fn readers_of_each_shard_see_a_replaced_partition_all_old_or_all_new() {
         seen.len() / 3
     );
 }
+
+/// `--mode overwrite` of a Distributed table swaps each shard's local table for its shadow: the
+/// new rows are each shard's only rows, a shard that gets none of them ends up empty, and gc
+/// leaves no table of the load on any shard.
+#[test]
+fn an_overwrite_of_a_distributed_table_swaps_every_shards_table() {
+    let s = ClusterSetup::new("dist_overwrite", &[1, 2, 3], "id");
+    s.reset_replace();
+    for node in &s.cluster.nodes {
+        node.server.q("TRUNCATE TABLE db.twin_local");
+    }
+    // Only February's new rows, which all go to shard 1.
+    let out = s.begin("dow-1", &["--mode", "overwrite"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let input = write_rows(s.dir.path(), "dow-p0.parquet", &new_february(), "Parquet");
+    let line = s
+        .build("dow-1", "app-a.0", 0, &input)
+        .unwrap_or_else(|o| panic!("{}", text(&o)));
+    let file = s.winners("w.jsonl", &[&line]);
+    let out = s.commit("dow-1", Some(&file), &["--partitions", "1"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    s.cluster.nodes[0].server.q(&format!(
+        "INSERT INTO db.twin {} SETTINGS insert_distributed_sync = 1",
+        new_february()
+    ));
+    assert_exactly_once_as_routed(&s, "after the overwrite");
+    let counts: Vec<String> = s
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| n.server.q("SELECT count() FROM db.local").trim().to_owned())
+        .collect();
+    assert_eq!(counts, ["500", "0", "0"], "only the new rows, on shard 1");
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    assert_eq!(s.leftovers(), Vec::<String>::new());
+    for node in &s.cluster.nodes {
+        assert_eq!(
+            shadow_tables(&node.server).trim(),
+            "0",
+            "shard {}",
+            node.shard_num
+        );
+    }
+    assert_exactly_once_as_routed(&s, "after gc");
+}

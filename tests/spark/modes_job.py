@@ -72,12 +72,28 @@ def scenario_overwrite(args, spark, result):
     wait_for(os.path.join(args.work, "go"))
     new = events(spark, args.rows, partitions=3, days=2, first_id=10_000_000, amount_scale=2.0)
     result["new"] = day_checksums(new, range(2))
-    # A whole-table overwrite is refused before anything runs.
-    result["overwrite_table_error"] = attempt(
-        lambda: writer(new, args, "overwrite", "replace-table", overwrite="table").save())
     started = time.time()
     writer(new, args, "overwrite", "replace").save()
     result["replace_seconds"] = [started, time.time()]
+
+
+def scenario_overwrite_table(args, spark, result):
+    """Three days appended (load base); then, once the test's reader runs, a whole-table
+    overwrite with option overwrite=table (load snapshot: two days of new rows); then the base
+    rows by mode("overwrite") without the option (load partitions: their three days replaced,
+    which is every partition the snapshot has)."""
+    base = events(spark, args.rows, partitions=3, days=3)
+    result["base"] = day_checksums(base, range(3))
+    writer(base, args, "append", "base").save()
+    open(os.path.join(args.work, "base-loaded"), "w").close()
+    wait_for(os.path.join(args.work, "go"))
+    new = events(spark, args.rows, partitions=3, days=2, first_id=10_000_000, amount_scale=2.0)
+    result["new"] = day_checksums(new, range(2))
+    started = time.time()
+    writer(new, args, "overwrite", "snapshot", overwrite="table").save()
+    result["snapshot_seconds"] = [started, time.time()]
+    result["partitions_started"] = time.time()
+    writer(base, args, "overwrite", "partitions").save()
 
 
 CREATE_OPTIONS = {"engine": "MergeTree", "order_by": "(kind, id)", "partition_by": "toYYYYMMDD(ts)",
@@ -216,7 +232,7 @@ def scenario_catalog(args, spark, result):
     result["missing_error"] = attempt(lambda: base.writeTo("chpart.db.nope").option("load", "nope").append())
 
 
-SCENARIOS = {"catalog": scenario_catalog, "overwrite": scenario_overwrite, "create": scenario_create, "existing": scenario_existing,
+SCENARIOS = {"catalog": scenario_catalog, "overwrite": scenario_overwrite, "overwrite-table": scenario_overwrite_table, "create": scenario_create, "existing": scenario_existing,
              "layout": scenario_layout, "functions": scenario_functions}
 
 

@@ -82,7 +82,7 @@ def test_overwrite_replaces_exactly_the_partitions_written_while_a_reader_polls(
     """Three days appended (load base); then mode("overwrite") of new rows for days 0 and 1
     (load replace) while a thread reads the table as fast as it can. Every read: day 2 exactly
     as before; days 0 and 1 each exactly old or exactly new. After: days 0, 1 hold exactly the
-    new source rows, day 2 the old ones; option overwrite=table was refused before it ran."""
+    new source rows, day 2 the old ones."""
     clickhouse.query("CREATE DATABASE db")
     clickhouse.query(create_table_sql(TABLE))
     work, out, argv = start_driver(tmp_path, "overwrite", chpart_config, chpart_bin, connector_jar)
@@ -139,15 +139,78 @@ def test_overwrite_replaces_exactly_the_partitions_written_while_a_reader_polls(
     for d in (0, 1):
         assert_exactly_once(clickhouse, TABLE, checksum(result["new"][str(d)]), where=day_where(d))
     assert_exactly_once(clickhouse, TABLE, checksum(result["base"]["2"]), where=day_where(2))
-    err = result["overwrite_table_error"]
-    assert err and "option overwrite=table (replace the whole table) is refused" in err, err
-    assert [e["load"] for e in chpart_spark.status(chpart_config, chpart=chpart_bin)] \
-        and "replace-table" not in {e["load"] for e in chpart_spark.status(chpart_config, chpart=chpart_bin)}
     entry = load_status(chpart_config, chpart_bin, "replace")
     assert entry["state"] == "committed" and entry["mode"] == "replace", entry
     for load in ("base", "replace"):
         assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
     assert snapshot(clickhouse) == new
+
+
+def test_overwrite_table_swaps_the_whole_table_while_a_reader_polls(clickhouse, chpart_config, chpart_bin,
+                                                                     connector_jar, tmp_path):
+    """Three days appended (load base); then, while a thread reads the table as fast as it can,
+    mode("overwrite") with option overwrite=table of two days of new rows (load snapshot:
+    chpart's overwrite mode, EXCHANGE TABLES). Every read until then is exactly the old table or
+    exactly the new one: never a mix, an empty table or day 2 without days 0 and 1. Then the
+    base rows by mode("overwrite") without the option (load partitions, the default
+    overwrite=partitions: chpart's replace mode of the three days). gc leaves no table of any
+    load behind."""
+    clickhouse.query("CREATE DATABASE db")
+    clickhouse.query(create_table_sql(TABLE))
+    work, out, argv = start_driver(tmp_path, "overwrite-table", chpart_config, chpart_bin, connector_jar)
+    log = open(work / "driver.log", "w")
+    proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    try:
+        deadline = time.monotonic() + DRIVER_TIMEOUT
+        while not (work / "base-loaded").exists():
+            assert proc.poll() is None, f"the driver ended before the base load:\n{(work / 'driver.log').read_text()[-6000:]}"
+            assert time.monotonic() < deadline, "the base load took too long"
+            time.sleep(0.1)
+        old = snapshot(clickhouse)
+        assert sorted(old) == [day_id(d) for d in range(3)], old
+        reads, stop = [], threading.Event()
+
+        def reader():
+            while not stop.is_set():
+                reads.append((time.time(), snapshot(clickhouse)))
+
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        (work / "go").touch()
+        returncode = proc.wait(max(1, deadline - time.monotonic()))
+        stop.set()
+        thread.join(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    result, _ = result_of(work, out, returncode)
+    new = {day_id(d): None for d in range(2)}
+    started, ended = result["snapshot_seconds"]
+    judged = [(t, s) for t, s in reads if t < result["partitions_started"]]
+    during = [s for t, s in judged if started <= t <= ended]
+    assert len(judged) >= 20 and len(during) >= 5, f"too few reads to judge: {len(judged)} ({len(during)} during)"
+    states = set()
+    for t, s in judged:
+        if s == old:
+            states.add("old")
+            continue
+        assert sorted(s) == sorted(new), f"a read at {t} saw neither the old table nor the new one: {s}"
+        for d in range(2):
+            assert s[day_id(d)][0] == str(result["new"][str(d)]["rows"]), f"a read at {t}: day {d} is not the snapshot's: {s}"
+        states.add("new")
+    assert states == {"old", "new"}, states
+    print(f"overwrite=table: {len(judged)} reads ({len(during)} during the snapshot write), states seen {sorted(states)}")
+    for load, mode in (("snapshot", "overwrite"), ("partitions", "replace")):
+        entry = load_status(chpart_config, chpart_bin, load)
+        assert entry["state"] == "committed" and entry["mode"] == mode, (load, entry)
+    for d in range(3):
+        assert_exactly_once(clickhouse, TABLE, checksum(result["base"][str(d)]), where=day_where(d))
+    for load in ("base", "snapshot", "partitions"):
+        assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
+    tables = clickhouse.query("SELECT name FROM system.tables WHERE database = 'db' ORDER BY name").split()
+    assert tables == ["events"], f"gc left tables of the loads: {tables}"
 
 
 def test_errorifexists_creates_the_table_then_loads_exactly_once(clickhouse, chpart_config, chpart_bin,

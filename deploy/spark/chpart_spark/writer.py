@@ -26,7 +26,7 @@ import warnings
 from . import _cli
 from ._cli import ChpartError, CommitError
 
-MODES = ("append", "replace")
+MODES = ("append", "replace", "overwrite")
 VISIBILITIES = ("partition", "part")
 VERIFIES = ("auto", "server", "full", "sizes")
 VIAS = ("auto", "connector", "python")
@@ -303,7 +303,9 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
       an environment variable named by ``clickhouse.password_env``, or
       ``CHPART_CLICKHOUSE_PASSWORD``.
     - ``mode``: "append" adds the rows; "replace" replaces every table partition the load
-      touches (historical reloads; requires visibility "partition").
+      touches (historical reloads); "overwrite" replaces the whole table at once (the rows
+      become its only rows, swapped in by EXCHANGE TABLES: an Atomic database; a daily
+      snapshot). Both require visibility "partition".
     - ``visibility``: "partition" (each partition appears at once, through a shadow table)
       or "part".
     - ``chpart``: the binary (a name on PATH or a path valid on the driver and executors).
@@ -359,8 +361,8 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
     _check_choice("verify", verify, VERIFIES)
     if layout is not None:
         _check_choice("layout", layout, LAYOUTS)
-    if mode == "replace" and visibility != "partition":
-        raise ValueError('mode="replace" requires visibility="partition"')
+    if mode != "append" and visibility != "partition":
+        raise ValueError(f'mode="{mode}" requires visibility="partition"')
     if not _ID.match(load_id or ""):
         raise ValueError(f"load_id {load_id!r} must be 1-128 of [A-Za-z0-9._-], not starting with . or -, without ..")
     config_file = None if config is None else os.path.abspath(str(config))
@@ -487,11 +489,14 @@ def _write_through_connector(df, *, table, mode, visibility, verify, layout, win
     a build per task attempt that its commit coordinator authorized, `commit` of exactly Spark's
     commit messages, `abort` if the job fails), with its default layout (option `layout=table`)
     unless ``layout`` says otherwise."""
-    # replace = Spark's overwrite, which the connector maps to chpart's replace mode of the
-    # partitions written (its option overwrite=partitions, the default).
-    writer = (df.write.format("chpart").mode("overwrite" if mode == "replace" else "append")
+    # replace and overwrite = Spark's overwrite, which the connector maps to chpart's replace
+    # mode of the partitions written (its option overwrite=partitions, the default) or, with
+    # overwrite=table, to chpart's overwrite mode of the whole table.
+    writer = (df.write.format("chpart").mode("append" if mode == "append" else "overwrite")
               .option("table", table).option("load", load_id)
               .option("visibility", visibility).option("verify", verify))
+    if mode != "append":
+        writer = writer.option("overwrite", "table" if mode == "overwrite" else "partitions")
     if chpart != _cli.PACKAGE_BINARY:  # the package's binary is not on the executors' paths: the jar has its own
         writer = writer.option("chpart", chpart)
     if config_file is not None:

@@ -34,7 +34,8 @@ import java.util.regex.Pattern;
  *   winners_path  where the winners' manifests are written (default: a temp file)
  *   env.NAME      a variable added to the environment of every chpart run
  *   overwrite     partitions (default): mode("overwrite") replaces exactly the partitions written;
- *                 table: refused (see the README: not atomic, not exactly-once)
+ *                 table: the whole table, swapped at once (chpart's overwrite mode, an Atomic
+ *                 database)
  *   engine, order_by, partition_by, primary_key, settings
  *                 the CREATE TABLE of save modes errorifexists / ignore (TableDdl)
  *   layout        table (default: Spark clusters and sorts the rows by the table's keys, Layout) | none

@@ -22,7 +22,7 @@ final class ChpartWrite implements Write, RequiresDistributionAndOrdering {
   private final ChpartBatchWrite.DriverMetrics metrics = new ChpartBatchWrite.DriverMetrics();
   private final Layout layout;
 
-  /** @param mode chpart's load mode ({@code append}; {@code replace} once overwrite maps to it) */
+  /** @param mode chpart's load mode ({@code append}; {@code replace} or {@code overwrite} once Spark's overwrite maps to it) */
   ChpartWrite(ChpartOptions options, StructType schema, String queryId, String mode, Layout layout) {
     this.layout = layout;
     this.options = options;
@@ -62,8 +62,8 @@ final class ChpartWrite implements Write, RequiresDistributionAndOrdering {
   public StreamingWrite toStreaming() {
     if (!mode.equals("append")) {
       throw new UnsupportedOperationException("chpart streaming sink: output mode complete is not supported: it"
-          + " would have to replace the whole table with each batch's result, which chpart does not do atomically"
-          + " (see option overwrite=table); use outputMode(\"append\")");
+          + " would replace the whole table with each micro-batch's result (a table swap per batch); use"
+          + " outputMode(\"append\"), or a batch write with option overwrite=table for a whole-table snapshot");
     }
     if (options.load != null || options.winnersPath != null) {
       throw new IllegalArgumentException("chpart streaming sink: options load and winners_path are for one batch"

@@ -13,10 +13,20 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * Builds the write for Spark's save mode. Spark turns {@code append} into a plain build() and
- * {@code overwrite} into truncate() / overwrite(predicates) / overwriteDynamicPartitions() first.
- * Every overwrite is chpart's replace mode: exactly the table partitions the rows fall into are
- * replaced, each atomically (REPLACE PARTITION), the others are kept; never a TRUNCATE. Option
- * {@code overwrite=table} (the whole table) is refused: see {@link #overwriteTableRefused}.
+ * {@code overwrite} into truncate() / overwrite(predicates) (static partition overwrite, Spark's
+ * default) or overwriteDynamicPartitions() (spark.sql.sources.partitionOverwriteMode=dynamic)
+ * first. Option {@code overwrite} says what an overwrite replaces:
+ * <ul>
+ * <li>{@code partitions} (the default): chpart's replace mode, exactly the table partitions the
+ *     rows fall into, each atomically (REPLACE PARTITION), the others kept; never a TRUNCATE;
+ * <li>{@code table}: chpart's overwrite mode, the whole table swapped at once (EXCHANGE TABLES);
+ *     refused when Spark asks for a dynamic partition overwrite.
+ * </ul>
+ * (Spark asks the DataFrame writer's {@code mode("overwrite")} for a static overwrite unless the
+ * table reports partitioning, which a chpart table does not: spark.sql.sources.partitionOverwriteMode
+ * does not change what it replaces; option {@code overwrite} does.)
+ * The default stays {@code partitions}: a job written for it would lose every other partition
+ * if the default became the whole table.
  */
 final class ChpartWriteBuilder implements WriteBuilder, SupportsTruncate, SupportsOverwriteV2,
     SupportsDynamicOverwrite {
@@ -56,7 +66,7 @@ final class ChpartWriteBuilder implements WriteBuilder, SupportsTruncate, Suppor
 
   @Override
   public WriteBuilder truncate() {
-    return replace();
+    return staticOverwrite();
   }
 
   @Override
@@ -67,33 +77,23 @@ final class ChpartWriteBuilder implements WriteBuilder, SupportsTruncate, Suppor
             + ") is not supported: mode(\"overwrite\") replaces exactly the partitions the rows fall into");
       }
     }
-    return replace();
+    return staticOverwrite();
+  }
+
+  /** Spark's static partition overwrite (what mode("overwrite") asks for): the whole table with overwrite=table. */
+  private WriteBuilder staticOverwrite() {
+    mode = options.overwrite.equals("table") ? "overwrite" : "replace";
+    return this;
   }
 
   @Override
   public WriteBuilder overwriteDynamicPartitions() {
-    return replace();
-  }
-
-  private WriteBuilder replace() {
     if (options.overwrite.equals("table")) {
-      throw overwriteTableRefused();
+      throw new UnsupportedOperationException("chpart data source: option overwrite=table replaces the whole"
+          + " table, but Spark asks for a dynamic partition overwrite (spark.sql.sources.partitionOverwriteMode"
+          + "=dynamic on a partitioned table): use overwrite=partitions for that");
     }
     mode = "replace";
     return this;
-  }
-
-  /**
-   * A whole-table overwrite would have to drop the partitions the write does not have, in steps
-   * apart from the REPLACE PARTITIONs (ClickHouse has no statement that swaps a table's partitions
-   * at once while keeping its identity): readers would see a table with some partitions gone and
-   * others not yet replaced, and a crash between the steps would leave that state. chpart refuses
-   * that rather than make it look exactly-once.
-   */
-  static UnsupportedOperationException overwriteTableRefused() {
-    return new UnsupportedOperationException("chpart data source: option overwrite=table (replace the whole"
-        + " table) is refused: dropping the partitions the rows do not have cannot be made one atomic step with"
-        + " replacing the others, so readers (and a crash) could see a half-replaced table. mode(\"overwrite\")"
-        + " without it replaces exactly the partitions written, each atomically");
   }
 }
