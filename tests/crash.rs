@@ -91,6 +91,7 @@ struct Tally {
     /// Commits killed, by the last step they reported before the kill.
     kills_by_step: BTreeMap<String, u64>,
     racing_commits: u64,
+    overwrites: u64,
     gc_between: u64,
     server_restarts: u64,
     failures: Vec<String>,
@@ -175,6 +176,8 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
     let mut rng = Rng(seed | 1);
     let partition_visibility = rng.chance(50);
     let replace = partition_visibility && rng.chance(40);
+    // Overwrite: the whole table swapped; its old rows all go.
+    let overwrite = partition_visibility && !replace && rng.chance(35);
     let (table, twin, load) = (
         format!("crash.t{i}"),
         format!("crash.twin{i}"),
@@ -186,6 +189,12 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
         ));
     }
     // Replace: old rows in a partition the load replaces (January) and one it leaves (December).
+    if overwrite {
+        h.ch().q(&format!(
+            "INSERT INTO {table} SELECT toDateTime('2025-11-20 00:00:00', 'UTC') + toIntervalDay(number % 90) AS ts, \
+             800000 + number AS id, 'old' AS name, NULL AS score FROM numbers(300)"
+        ));
+    }
     if replace {
         let old =
             "SELECT toDateTime('2025-12-20 00:00:00', 'UTC') + toIntervalDay(number % 40) AS ts, \
@@ -206,6 +215,10 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
     ]);
     if replace {
         begin.extend(["--mode", "replace"]);
+    }
+    if overwrite {
+        begin.extend(["--mode", "overwrite"]);
+        tally.overwrites += 1;
     }
     let out = h.run(&begin);
     if out.status.code() != Some(0) {
@@ -327,6 +340,7 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
     let left = h.ch().q(&format!(
         "SELECT count() FROM system.detached_parts WHERE database = 'crash' AND table LIKE 't{i}%'"
     ));
+    // Shadow tables, and an overwrite's claimed or swapped-out tables (named after the shadow).
     let shadows = h.ch().q(&format!(
         "SELECT count() FROM system.tables WHERE database = 'crash' AND name LIKE 't{i}\\\\_\\\\_chpart%'"
     ));
@@ -415,6 +429,7 @@ fn report(tally: &Tally, seed: u64, elapsed: Duration, last: bool) {
         "commits_killed": tally.commits_killed,
         "commit_kills_by_last_step": tally.kills_by_step,
         "racing_commits": tally.racing_commits,
+        "overwrite_loads": tally.overwrites,
         "gc_between_commits": tally.gc_between,
         "server_restarts": tally.server_restarts,
         "median_build_ms": tally.build_pace.median().as_millis() as u64,
