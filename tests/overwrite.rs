@@ -238,3 +238,52 @@ fn overwrite_is_refused_where_it_cannot_swap_or_another_load_owns_the_table() {
     );
     ch.q(&format!("DROP DATABASE {ordinary} SYNC"));
 }
+
+/// `chpart load --mode overwrite`: a daily snapshot from files in one command, re-run as a
+/// no-op, and the next day's snapshot replaces it whole.
+#[test]
+fn chpart_load_overwrites_the_table_with_a_snapshot() {
+    let ch = shared();
+    let s = Setup::new(ch, "overwrite_load");
+    old_rows(&s);
+    for (day, parts) in [("d1", vec![0u32, 1]), ("d2", vec![2])] {
+        let files: Vec<std::path::PathBuf> = parts
+            .iter()
+            .map(|p| {
+                crate::build::write_rows(
+                    s.dir.path(),
+                    &format!("{day}-{p}.parquet"),
+                    &crate::commit::partition_select(*p),
+                    "Parquet",
+                )
+            })
+            .collect();
+        for run in 0..2 {
+            let mut args = vec![
+                "load",
+                "--table",
+                &s.table,
+                "--load",
+                day,
+                "--mode",
+                "overwrite",
+            ];
+            for f in &files {
+                args.extend(["--input", f.to_str().unwrap()]);
+            }
+            let out = s.run(&args);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{day} run {run}: {}",
+                text(&out)
+            );
+            assert_eq!(
+                ch.q(&fingerprint_sql(&s.table)),
+                expected_fingerprint(ch, &parts),
+                "{day} run {run}"
+            );
+        }
+        assert_eq!(leftovers(&s), (String::new(), String::new()), "{day}");
+    }
+}
