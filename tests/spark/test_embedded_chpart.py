@@ -27,7 +27,7 @@ import zipfile
 import pytest
 
 from chpart_spark.checksum import Checksum
-from conftest import ROOT
+from conftest import ROOT, spark_conf
 from datasets import create_table_sql
 from failure_jobs import eventlog
 from helpers import assert_exactly_once, assert_gc_leaves_nothing, load_status
@@ -400,3 +400,140 @@ def test_the_jars_binary_loads_over_sftp(clickhouse, connector_jar, tmp_path):
         assert logins >= 1, f"the build never logged in over SSH:\n{(sshd_dir / 'sshd.log').read_text()[-3000:]}"
     finally:
         subprocess.run(["bash", str(sshd), "stop", "--dir", str(sshd_dir)], capture_output=True, timeout=60)
+
+
+def test_spark_submit_java_job_on_a_standalone_cluster_with_the_jar_and_conf_only(connector_jar, test_classes,
+                                                                                  tmp_path):
+    """(6) The Java example (deploy/spark/examples/LoadEvents.java) by spark-submit on the
+    standalone cluster of two Workers (127.0.0.2, 127.0.0.3; one core each), as it runs in
+    production: the driver and every executor with a PATH that holds no chpart and no config file
+    anywhere; only `--jars chpart-spark.jar` (its chpart extracted on each JVM), `spark.chpart.*`
+    conf, the ClickHouse password in a file shipped with `--files` (the server requires it), and
+    clickhouse-local in an archive shipped with `--archives` (`ch/clickhouse local`). The executor
+    that ran the first attempt of partition 1 of the write is halted right after it published
+    (java/KillAfterPublish.java, armed by conf); Spark runs the partition again on the other
+    Worker (with no external shuffle service the lost executor's shuffle output goes too, so
+    Spark also retries the write stage after a FetchFailed). The table holds exactly the source
+    rows; gc leaves nothing; the password is nowhere in Spark's event log or the job's output."""
+    from failure_jobs.cluster import StandaloneCluster
+    from test_spark_conf import PASSWORD, USER, clickhouse_archive, password_server
+    from test_spark_connector import compile_example
+    from datasets import write_events_parquet
+
+    server = password_server(tmp_path / "clickhouse")
+    cluster = None
+    try:
+        server.query("CREATE DATABASE db")
+        server.query(create_table_sql(TABLE))
+        ship = tmp_path / "ship"
+        ship.mkdir()
+        (ship / "pw.txt").write_text(PASSWORD + "\n")
+        archive = clickhouse_archive(ship / "clickhouse.tgz")
+        # One input file: the read stage has one task (partition 0), so partition 1 is the write's.
+        source = write_events_parquet(tmp_path / "input", ROWS, files=1)
+        job = compile_example(tmp_path)
+        events_dir, marker, driver_cwd = tmp_path / "spark-events", tmp_path / "killed.json", tmp_path / "driver"
+        events_dir.mkdir()
+        driver_cwd.mkdir()
+        # The Workers (and so their executors) start with the scrubbed environment too.
+        saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("CHPART_")}
+        saved_path = os.environ["PATH"]
+        os.environ["PATH"] = SCRUBBED_PATH
+        try:
+            cluster = StandaloneCluster(tmp_path / "cluster").start()
+        finally:
+            os.environ["PATH"] = saved_path
+            os.environ.update(saved)
+        conf = {
+            **spark_conf(events_dir),
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.executor.cores": "1",
+            "spark.cores.max": "2",
+            "spark.executor.memory": "1g",
+            "spark.executorEnv.PATH": SCRUBBED_PATH,
+            "spark.plugins": "chpart.testing.KillAfterPublish",
+            "spark.chparttest.kill_marker": str(marker),
+            "spark.chparttest.kill_partition": "1",
+            "spark.chpart.clickhouse.url": server.url,
+            "spark.chpart.clickhouse.user": USER,
+            "spark.chpart.clickhouse.password_file": "pw.txt",
+            "spark.chpart.transport.kind": "local",
+            "spark.chpart.clickhouse_local.command": "ch/clickhouse local",
+            "spark.chpart.staging.root": str(server.staging_root),
+            "spark.chpart.clickhouse.request_timeout_secs": "120",
+        }
+        load = "submit-standalone"
+        argv = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", cluster.url,
+                "--deploy-mode", "client", "--jars", f"{connector_jar},{test_classes}",
+                "--files", str(ship / "pw.txt"), "--archives", f"{archive}#ch", "--class", "LoadEvents"]
+        for key, value in conf.items():
+            argv += ["--conf", f"{key}={value}"]
+        argv += [job, "--input", str(tmp_path / "input"), "--table", TABLE, "--load", load, "--partitions", "4",
+                 "--option", "layout=none"]
+        log = tmp_path / "java-job.log"
+        cwd = os.getcwd()
+        os.chdir(driver_cwd)
+        try:
+            code = run_logged(argv, log, JOB_TIMEOUT, "the spark-submit Java job", env=scrubbed_env())
+        finally:
+            os.chdir(cwd)
+        output = log.read_text()
+        assert code == 0 and f"LoadEvents: load {load} committed into {TABLE}" in output, \
+            f"the Java job failed (exit {code}):\n{output[-6000:]}\n{cluster.logs()}"
+
+        # The event log: attempt 0 of partition 1 was lost with its executor after it published,
+        # and a retry on the other Worker won the partition.
+        [app] = eventlog.applications(str(events_dir))
+        victim = json.loads(marker.read_text())
+        tasks = eventlog.tasks(str(events_dir), app)
+        why = eventlog.describe(tasks)
+        [lost] = [t for t in tasks if t["task_id"] == victim["task_attempt_id"]]
+        assert (lost["partition"], lost["attempt"], lost["success"], lost["reason"]) == \
+            (1, 0, False, "ExecutorLostFailure"), why
+        write_stage = [t for t in tasks if t["stage"] == lost["stage"]]
+        [won1] = [t for t in write_stage if t["partition"] == 1 and t["success"]]
+        assert won1["executor"] != lost["executor"], why
+        assert sorted(t["partition"] for t in write_stage if t["success"]) == [0, 1, 2, 3], why
+
+        # No config file anywhere the job could read one.
+        assert not [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files if f.endswith(".toml")]
+        # chpart's view and the table: the test's own chpart gets the config as CHPART_* variables.
+        env = {"CHPART_CLICKHOUSE_URL": server.url, "CHPART_CLICKHOUSE_USER": USER,
+               "CHPART_CLICKHOUSE_PASSWORD": PASSWORD, "CHPART_TRANSPORT_KIND": "local",
+               "CHPART_CLICKHOUSE_LOCAL_COMMAND": str(ROOT / "deploy" / "clickhouse-local"),
+               "CHPART_STAGING_ROOT": str(server.staging_root)}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            chpart = extract_for_test(connector_jar, tmp_path / "chpart")
+            entry = load_status(None, chpart, load)
+            assert entry["state"] == "committed", entry
+            attempts = {a["attempt"]: a for a in entry["attempts"]}
+            [loser] = [a for a in attempts if a.endswith(f".{victim['task_attempt_id']}")]
+            assert attempts[loser]["completed"] is True and attempts[loser]["won"] is False, entry
+            assert_exactly_once(server, TABLE, source)
+            assert_gc_leaves_nothing(server, None, chpart, load)
+            assert_exactly_once(server, TABLE, source)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        for directory, _, files in os.walk(events_dir):
+            for name in files:
+                with open(os.path.join(directory, name), errors="replace") as f:
+                    assert PASSWORD not in f.read(), f"the password is in Spark's event log {name}"
+        assert PASSWORD not in output
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        server.stop()
+
+
+def extract_for_test(jar, path):
+    """The jar's chpart, extracted to `path` (executable) for the test's own status and gc."""
+    extract_from_jar(jar, path)
+    path.chmod(0o755)
+    return str(path)

@@ -4,11 +4,14 @@
 //
 //   javac --release 17 -cp "$SPARK_HOME/jars/*" -d classes LoadEvents.java && jar cf load-events.jar -C classes .
 //   spark-submit --jars chpart-spark.jar --class LoadEvents load-events.jar \
-//       --input hdfs:///events/2026-11-30T09 --table web.events --config /etc/chpart/chpart.toml \
-//       --load events-2026-11-30T09 [--partitions 16] [--chpart /usr/local/bin/chpart] [--option key=value]...
+//       --input hdfs:///events/2026-11-30T09 --table web.events --load events-2026-11-30T09 \
+//       [--config /etc/chpart/chpart.toml] [--partitions 16] [--chpart /usr/local/bin/chpart] [--option key=value]...
 //
 // `--load` makes the job idempotent: re-running it after a success does nothing, after a failed
-// commit it finishes that commit. The chpart binary and the config must exist on every executor.
+// commit it finishes that commit. Without --config the config comes from `spark.chpart.*` conf
+// (`--conf spark.chpart.clickhouse.url=...`) and `--option` keys; without --chpart the jar runs
+// the chpart it carries. Tested on a standalone cluster with only the jar and conf:
+// tests/spark/test_embedded_chpart.py::test_spark_submit_java_job_on_a_standalone_cluster_with_the_jar_and_conf_only.
 import java.util.LinkedHashMap;
 import java.util.Map;
 import org.apache.spark.sql.DataFrameWriter;
@@ -36,12 +39,16 @@ public final class LoadEvents {
 
     DataFrameWriter<Row> writer = events.write()
         .format("chpart")
-        .mode(SaveMode.Append) // the only mode so far; Spark's default (ErrorIfExists) is refused
+        .mode(SaveMode.Append) // Overwrite replaces the partitions written (option overwrite=table: the table)
         .option("table", opt.get("table"))
-        .option("config", opt.get("config"))
         .option("load", opt.get("load"))
-        .option("chpart", opt.getOrDefault("chpart", "chpart"))
         .options(options);
+    if (opt.containsKey("config")) {
+      writer = writer.option("config", opt.get("config"));
+    }
+    if (opt.containsKey("chpart")) {
+      writer = writer.option("chpart", opt.get("chpart"));
+    }
     writer.save(); // chpart begin, a build per task, chpart commit of the accepted attempts
     System.out.println("LoadEvents: load " + opt.get("load") + " committed into " + opt.get("table"));
     spark.stop();

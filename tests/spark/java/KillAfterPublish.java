@@ -23,13 +23,17 @@ import org.apache.spark.api.plugin.SparkPlugin;
  * wrapping the chpart binary, which the test must not do (the connector runs the jar's own).
  *
  * <p>Armed only for tasks whose job carries the local property {@code chpart.test.kill_partition}
- * (the partition); once per marker file (created with O_EXCL), to which the victim's task attempt
- * id, stage and pid are written first. Conf: {@code spark.chparttest.kill_marker} (outside
- * {@code spark.chpart.*}, whose keys the connector reads as chpart config keys).
+ * (the partition), or, for a job that cannot set one (a spark-submit of the Java example), for
+ * every task of that partition when conf {@code spark.chparttest.kill_partition} names it (the
+ * job must have that partition in its write stage only); once per marker file (created with
+ * O_EXCL), to which the victim's task attempt id, stage and pid are written first. Conf:
+ * {@code spark.chparttest.kill_marker} (outside {@code spark.chpart.*}, whose keys the connector
+ * reads as chpart config keys).
  */
 public final class KillAfterPublish implements SparkPlugin {
   static final String PARTITION_PROPERTY = "chpart.test.kill_partition";
   static final String MARKER_CONF = "spark.chparttest.kill_marker";
+  static final String PARTITION_CONF = "spark.chparttest.kill_partition";
 
   @Override
   public DriverPlugin driverPlugin() {
@@ -41,10 +45,12 @@ public final class KillAfterPublish implements SparkPlugin {
     return new ExecutorPlugin() {
       private final ThreadLocal<TaskContext> task = new ThreadLocal<>();
       private String marker;
+      private String partition;
 
       @Override
       public void init(PluginContext ctx, Map<String, String> extraConf) {
         marker = ctx.conf().get(MARKER_CONF);
+        partition = ctx.conf().get(PARTITION_CONF, null);
       }
 
       @Override
@@ -60,6 +66,9 @@ public final class KillAfterPublish implements SparkPlugin {
           return;
         }
         String wanted = t.getLocalProperty(PARTITION_PROPERTY);
+        if (wanted == null) {
+          wanted = partition;
+        }
         if (wanted == null || Integer.parseInt(wanted) != t.partitionId() || t.attemptNumber() != 0
             || t.stageAttemptNumber() != 0) {
           return;
