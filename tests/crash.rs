@@ -25,10 +25,10 @@ use crate::cli::{chpart, local_config, text};
 const SPARK_PARTITIONS: u64 = 2;
 
 /// xorshift64*: the schedules' only source of randomness, so a seed replays a schedule.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -36,13 +36,13 @@ impl Rng {
         self.0 = x;
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-    fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
-    fn millis(&mut self, max: u64) -> Duration {
+    pub(crate) fn millis(&mut self, max: u64) -> Duration {
         Duration::from_millis(self.below(max))
     }
 }
@@ -51,32 +51,32 @@ impl Rng {
 /// few runs that nothing stopped. Kill delays are drawn below it, so a kill lands inside the
 /// command whatever the machine's speed (fixed windows of 1.2-1.5 s killed no commit at all in
 /// 50 schedules once: a 2-part commit takes a tenth of that).
-struct Pace {
+pub(crate) struct Pace {
     samples: Vec<Duration>,
     initial: Duration,
 }
 
 impl Pace {
-    fn new(initial: Duration) -> Self {
+    pub(crate) fn new(initial: Duration) -> Self {
         Self {
             samples: Vec::new(),
             initial,
         }
     }
-    fn record(&mut self, took: Duration) {
+    pub(crate) fn record(&mut self, took: Duration) {
         self.samples.push(took);
         if self.samples.len() > 9 {
             self.samples.remove(0);
         }
     }
-    fn median(&self) -> Duration {
+    pub(crate) fn median(&self) -> Duration {
         let mut s = self.samples.clone();
         s.sort();
         s.get(s.len() / 2).copied().unwrap_or(self.initial)
     }
     /// A kill delay: uniform over 0..1.25x the median, so about four kills in five land
     /// inside the command and the rest let it finish.
-    fn delay(&self, rng: &mut Rng) -> Duration {
+    pub(crate) fn delay(&self, rng: &mut Rng) -> Duration {
         let max = (self.median().as_millis() as u64 * 5 / 4).max(1);
         rng.millis(max)
     }
@@ -155,7 +155,7 @@ pub fn kill_after(child: &mut Child, delay: Duration) -> bool {
 }
 
 /// The last step a command reported in its events file (`start` if none).
-fn last_step(events: &Path) -> String {
+pub(crate) fn last_step(events: &Path) -> String {
     std::fs::read_to_string(events)
         .unwrap_or_default()
         .lines()

@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod commit;
 mod crash;
+mod crash_cluster;
 mod disks;
 mod distributed;
 mod engines;

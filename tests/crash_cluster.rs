@@ -1,0 +1,432 @@
+//! The randomized crash harness across shards: random schedules over a 3-shard cluster (weights
+//! 1/2/3) of real servers. Each schedule begins a load of a Distributed table (partition or
+//! part visibility; append, replace over old rows, or a whole-table overwrite), builds every
+//! Spark partition with attempts of which some are SIGKILLed at a random moment, then drives the
+//! cluster commit through random faults: commits SIGKILLed after a random delay (drawn from the
+//! measured pace, as in `tests/crash.rs`), a second commit racing the first, gc in between, one
+//! shard's server SIGKILLed and started again mid-commit. A last commit must exit 0; then every
+//! shard's local table must equal its `insert_distributed_sync` twin (count and checksum), and gc
+//! must leave nothing on any shard: no detached part, no table of the load, no staged file.
+//!
+//! CI runs `CRASH_CLUSTER_SCHEDULES` schedules (12 by default); the docs' table comes from a long
+//! run outside CI. `CRASH_SEED` replays a run; `CRASH_REPORT` receives the summary as JSON.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use chpart_testenv::cluster::Cluster;
+
+use crate::build::{write_rows, COLUMNS};
+use crate::cli::{chpart, text};
+use crate::crash::{kill_after, last_step, Pace, Rng};
+
+const SPARK_PARTITIONS: u64 = 2;
+const KEY: &str = "intHash64(id)";
+
+#[derive(Default)]
+struct Tally {
+    schedules: u64,
+    modes: BTreeMap<String, u64>,
+    builds_killed: u64,
+    commits_killed: u64,
+    /// Commits killed, by the last step (and shard) they reported.
+    kills_by_step: BTreeMap<String, u64>,
+    racing_commits: u64,
+    gc_between: u64,
+    /// Servers SIGKILLed and started again mid-commit, by shard.
+    restarts_by_shard: BTreeMap<u32, u64>,
+    failures: Vec<String>,
+    build_pace: Pace,
+    commit_pace: Pace,
+}
+
+struct Harness {
+    cluster: Cluster,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Harness {
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        crate::cli::run_with(&self.config, args)
+    }
+
+    fn spawn(&self, args: &[&str], events: Option<&Path>) -> Child {
+        let mut cmd = chpart();
+        cmd.arg(args[0])
+            .arg("--config")
+            .arg(&self.config)
+            .args(&args[1..])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(events) = events {
+            cmd.arg("--events").arg(events);
+        }
+        cmd.spawn().unwrap()
+    }
+
+    fn entry(&self) -> &chpart_testenv::clickhouse::ClickHouse {
+        &self.cluster.nodes[0].server
+    }
+}
+
+/// The last step a killed commit reported, with its shard (`commit.attach@2`).
+fn last_step_and_shard(events: &Path) -> String {
+    let step = last_step(events);
+    let shard = std::fs::read_to_string(events)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .rfind(|e| e["step"] != "retry")
+        .and_then(|e| e["shard"].as_u64())
+        .unwrap_or(0);
+    if shard == 0 {
+        step
+    } else {
+        format!("{step}@{shard}")
+    }
+}
+
+/// Rows of Spark partition `p` of schedule `i`: ids spread over the shards, two months.
+fn rows(i: u64, p: u64) -> String {
+    format!(
+        "SELECT toDateTime('2026-01-20 00:00:00', 'UTC') + toIntervalDay(number % 20) AS ts, \
+         {i} * 100000 + {p} * 1000 + number AS id, concat('name-', toString(number)) AS name, \
+         if(number % 3 = 0, NULL, number / 7) AS score FROM numbers(600)"
+    )
+}
+
+fn fingerprint(table: &str) -> String {
+    format!("SELECT count(), sum(cityHash64(ts, id, name, score)) FROM {table}")
+}
+
+fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(), String> {
+    let mut rng = Rng(seed | 1);
+    let partition_visibility = rng.chance(60);
+    let mode = match (partition_visibility, rng.below(3)) {
+        (true, 1) => "replace",
+        (true, 2) => "overwrite",
+        _ => "append",
+    };
+    *tally.modes.entry(mode.to_owned()).or_default() += 1;
+    let (local, dist, twin_local, twin) = (
+        format!("t{i}"),
+        format!("d{i}"),
+        format!("tw{i}"),
+        format!("twd{i}"),
+    );
+    let name = h.cluster.name.clone();
+    for node in &h.cluster.nodes {
+        for t in [&local, &twin_local] {
+            node.server.q(&format!(
+                "CREATE TABLE db.{t} ({COLUMNS}) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id"
+            ));
+        }
+    }
+    h.entry().q(&format!(
+        "CREATE TABLE db.{dist} AS db.{local} ENGINE = Distributed({name}, db, {local}, {KEY})"
+    ));
+    h.entry().q(&format!(
+        "CREATE TABLE db.{twin} AS db.{twin_local} ENGINE = Distributed({name}, db, {twin_local}, {KEY})"
+    ));
+    // Old rows: January (replaced by a replace load) and December (kept by it); an overwrite
+    // replaces both.
+    if mode != "append" {
+        let old = |month: &str, from: u64| {
+            format!(
+                "SELECT toDateTime('{month}', 'UTC') + toIntervalDay(number % 10) AS ts, {from} + number AS id, \
+                 'old' AS name, NULL AS score FROM numbers(300)"
+            )
+        };
+        let (january, december) = (
+            old("2026-01-02 00:00:00", 900_000),
+            old("2025-12-02 00:00:00", 950_000),
+        );
+        for select in [&january, &december] {
+            h.entry().q(&format!(
+                "INSERT INTO db.{dist} {select} SETTINGS insert_distributed_sync = 1"
+            ));
+        }
+        if mode == "replace" {
+            h.entry().q(&format!(
+                "INSERT INTO db.{twin} {december} SETTINGS insert_distributed_sync = 1"
+            ));
+        }
+    }
+    let load = format!("cc-{i}");
+    let table = format!("db.{dist}");
+    let visibility = if partition_visibility {
+        "partition"
+    } else {
+        "part"
+    };
+    let out = h.run(&[
+        "begin",
+        "--table",
+        &table,
+        "--load",
+        &load,
+        "--mode",
+        mode,
+        "--visibility",
+        visibility,
+    ]);
+    if out.status.code() != Some(0) {
+        return Err(format!("begin: {}", text(&out)));
+    }
+
+    let mut winners = Vec::new();
+    for p in 0..SPARK_PARTITIONS {
+        let input = write_rows(
+            h.dir.path(),
+            &format!("{load}-{p}.parquet"),
+            &rows(i, p),
+            "Parquet",
+        );
+        h.entry().q(&format!(
+            "INSERT INTO db.{twin} {} SETTINGS insert_distributed_sync = 1",
+            rows(i, p)
+        ));
+        let mut completed = Vec::new();
+        let attempts: &[&str] = if rng.chance(50) { &["a", "b"] } else { &["b"] };
+        for a in attempts {
+            let attempt = format!("c{i}-{a}.{p}");
+            let args = [
+                "build",
+                "--load",
+                &load,
+                "--attempt",
+                &attempt,
+                "--partition",
+                &p.to_string(),
+                "--input",
+                input.to_str().unwrap(),
+            ];
+            let started = Instant::now();
+            let mut child = h.spawn(&args, None);
+            let mut timed = true;
+            if *a == "a" && rng.chance(50) {
+                timed = false;
+                let delay = tally.build_pace.delay(&mut rng);
+                if kill_after(&mut child, delay) {
+                    tally.builds_killed += 1;
+                    continue;
+                }
+            }
+            let out = child.wait_with_output().unwrap();
+            if out.status.code() != Some(0) {
+                return Err(format!("build {attempt}: {}", text(&out)));
+            }
+            if timed {
+                tally.build_pace.record(started.elapsed());
+            }
+            completed.push(
+                String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+                    .to_owned(),
+            );
+        }
+        let pick = rng.below(completed.len() as u64) as usize;
+        winners.push(completed.swap_remove(pick));
+    }
+    let file = h.dir.path().join(format!("{load}.jsonl"));
+    std::fs::write(&file, winners.join("\n") + "\n").unwrap();
+    let commit_args = [
+        "commit",
+        "--load",
+        &load,
+        "--winners",
+        file.to_str().unwrap(),
+    ];
+
+    let rounds = rng.below(3);
+    for round in 0..rounds {
+        let events = h.dir.path().join(format!("{load}-{round}.events"));
+        let started = Instant::now();
+        let mut first = h.spawn(&commit_args, Some(&events));
+        let racing = rng.chance(25).then(|| h.spawn(&commit_args, None));
+        if racing.is_some() {
+            tally.racing_commits += 1;
+        }
+        let restart = rng.chance(15).then(|| rng.below(3) as usize);
+        let delay = tally.commit_pace.delay(&mut rng);
+        if let Some(shard) = restart {
+            std::thread::sleep(delay);
+            let server = &mut h.cluster.nodes[shard].server;
+            server.kill();
+            server.start_again();
+            *tally.restarts_by_shard.entry(shard as u32 + 1).or_default() += 1;
+        } else if kill_after(&mut first, delay) {
+            tally.commits_killed += 1;
+            *tally
+                .kills_by_step
+                .entry(last_step_and_shard(&events))
+                .or_default() += 1;
+        } else if round == 0 && racing.is_none() {
+            tally.commit_pace.record(started.elapsed());
+        }
+        for mut child in [Some(first), racing].into_iter().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if rng.chance(30) {
+            tally.gc_between += 1;
+            let out = h.run(&["gc"]);
+            if out.status.code() != Some(0) {
+                return Err(format!("gc between commits: {}", text(&out)));
+            }
+        }
+    }
+    let started = Instant::now();
+    let out = h.run(&commit_args);
+    if out.status.code() != Some(0) {
+        return Err(format!("last commit: {}", text(&out)));
+    }
+    if rounds == 0 {
+        tally.commit_pace.record(started.elapsed());
+    }
+    let check = |h: &Harness, when: &str| -> Result<(), String> {
+        for node in &h.cluster.nodes {
+            let (got, want) = (
+                node.server.q(&fingerprint(&format!("db.{local}"))),
+                node.server.q(&fingerprint(&format!("db.{twin_local}"))),
+            );
+            if got != want {
+                return Err(format!(
+                    "{when}: shard {}: {got:?}, its INSERT twin {want:?}",
+                    node.shard_num
+                ));
+            }
+        }
+        Ok(())
+    };
+    check(h, "after the commit")?;
+    let out = h.run(&["gc"]);
+    if out.status.code() != Some(0) {
+        return Err(format!("gc: {}", text(&out)));
+    }
+    for node in &h.cluster.nodes {
+        let detached = node.server.q(&format!(
+            "SELECT count() FROM system.detached_parts WHERE database = 'db' AND table LIKE 't{i}%'"
+        ));
+        let tables = node.server.q(&format!(
+            "SELECT count() FROM system.tables WHERE database = 'db' AND name LIKE 't{i}\\\\_\\\\_chpart%'"
+        ));
+        let staging = node.data_dir().join("chpart-staging");
+        let staged = walkdir::WalkDir::new(&staging)
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_file())
+            .count();
+        if (detached.trim(), tables.trim(), staged) != ("0", "0", 0) {
+            return Err(format!(
+                "after gc: shard {}: {} in detached/, {} table(s) of the load, {staged} staged file(s)",
+                node.shard_num,
+                detached.trim(),
+                tables.trim()
+            ));
+        }
+    }
+    check(h, "after gc")
+}
+
+#[test]
+fn random_kill_schedules_across_shards_load_every_shard_exactly_once() {
+    let schedules: u64 = std::env::var("CRASH_CLUSTER_SCHEDULES")
+        .ok()
+        .map(|s| s.parse().expect("CRASH_CLUSTER_SCHEDULES is a number"))
+        .unwrap_or(12);
+    let base: u64 = std::env::var("CRASH_SEED")
+        .ok()
+        .map(|s| s.parse().expect("CRASH_SEED is a number"))
+        .unwrap_or_else(chpart_core::retry::clock_seed);
+    eprintln!("cluster crash harness: {schedules} schedule(s), CRASH_SEED={base}");
+    let cluster = Cluster::start("crash_cluster", &[1, 2, 3]);
+    for node in &cluster.nodes {
+        node.server.q("CREATE DATABASE db");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("chpart.toml");
+    let entry = &cluster.nodes[0].server;
+    let mut text = format!(
+        "[clickhouse]\nurl = \"{url}\"\nrequest_timeout_secs = 60\n\
+         [transport]\nkind = \"local\"\n\
+         [clickhouse_local]\ncommand = \"{local}\"\nwork_dir = \"{work}\"\n\
+         [staging]\nroot = \"{staging}\"\n\
+         [ledger]\ndatabase = \"chpart_ledger\"\n\
+         [retry]\ndeadline_secs = 20\n",
+        url = entry.url(),
+        local = chpart_testenv::clickhouse_local().display(),
+        work = dir.path().join("work").display(),
+        staging = entry.data_dir.join("chpart-staging").display(),
+    );
+    for node in &cluster.nodes {
+        text.push_str(&format!(
+            "[[hosts]]\nname = \"{}\"\nstaging_root = \"{}\"\n",
+            node.address,
+            node.data_dir().join("chpart-staging").display()
+        ));
+    }
+    std::fs::write(&config, text).unwrap();
+    let mut h = Harness {
+        cluster,
+        dir,
+        config,
+    };
+    let mut tally = Tally::default();
+    let started = Instant::now();
+    for i in 0..schedules {
+        let seed = base.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        tally.schedules += 1;
+        if let Err(e) = schedule(&mut h, i, seed, &mut tally) {
+            eprintln!("schedule {i} (seed {seed}) FAILED: {e}");
+            tally
+                .failures
+                .push(format!("schedule {i} seed {seed}: {e}"));
+        }
+        if (i + 1) % 10 == 0 || i + 1 == schedules {
+            report(&tally, base, started.elapsed(), i + 1 == schedules);
+        }
+    }
+    assert!(tally.failures.is_empty(), "{:#?}", tally.failures);
+    assert!(
+        tally.commits_killed > 0 && tally.builds_killed > 0 || schedules < 10,
+        "the schedules killed nothing: the harness did not test recovery"
+    );
+}
+
+fn report(tally: &Tally, seed: u64, elapsed: Duration, last: bool) {
+    let report = serde_json::json!({
+        "schedules": tally.schedules,
+        "seed": seed,
+        "seconds": elapsed.as_secs_f64().round(),
+        "modes": tally.modes,
+        "builds_killed": tally.builds_killed,
+        "commits_killed": tally.commits_killed,
+        "commit_kills_by_last_step_and_shard": tally.kills_by_step,
+        "racing_commits": tally.racing_commits,
+        "gc_between_commits": tally.gc_between,
+        "server_restarts_by_shard": tally.restarts_by_shard,
+        "median_build_ms": tally.build_pace.median().as_millis() as u64,
+        "median_commit_ms": tally.commit_pace.median().as_millis() as u64,
+        "failures": tally.failures,
+    });
+    if last {
+        eprintln!("cluster crash harness: {report:#}");
+    } else {
+        eprintln!(
+            "cluster crash harness: {} schedules in {:.0} s, {} failure(s)",
+            tally.schedules,
+            elapsed.as_secs_f64(),
+            tally.failures.len()
+        );
+    }
+    if let Ok(path) = std::env::var("CRASH_REPORT") {
+        std::fs::write(path, format!("{report:#}\n")).unwrap();
+    }
+}
