@@ -21,4 +21,5 @@ mod recover;
 mod replace;
 mod s3;
 mod smoke;
+mod soak;
 mod ssh;
