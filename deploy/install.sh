@@ -7,7 +7,7 @@
 #   - OS users: `clickhouse` (a server run as a dedicated user, as in production) and
 #     `chpart-test` (an unrelated user for permission tests)
 #   - .venv/ (git-ignored) with chdb-core==26.9.0: the ClickHouse 26.9 engine, used as
-#     clickhouse-local (deploy/clickhouse-local) and as a server (deploy/clickhouse-server)
+#     clickhouse-local (deploy/dev/clickhouse-local) and as a server (deploy/dev/clickhouse-server)
 #   - in the same .venv: pyspark==4.3.0 (needs Java 17) and pytest for the Spark package and its
 #     end-to-end tests, and chpart_spark itself (deploy/spark, editable)
 #   - the JDK 17 (openjdk-17-jdk-headless: java for Spark, javac and jar for the JVM connector,
@@ -89,7 +89,7 @@ if ! "$venv/bin/python" -c "import chpart_spark, os, sys; sys.exit(os.path.realp
   say "pip install -e deploy/spark (chpart_spark)"
   "$venv/bin/pip" install -q --disable-pip-version-check -e "$root/deploy/spark"
 fi
-say "ClickHouse engine: $("$root/deploy/clickhouse-local" --version)"
+say "ClickHouse engine: $("$root/deploy/dev/clickhouse-local" --version)"
 say "Spark: pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)') on $(java -version 2>&1 | head -n1); $(javac -version 2>&1)"
 say "portable builds: zig $("$venv/bin/python" -m ziglang version), $("$venv/bin/cargo-zigbuild" --version)"
 say "S3 endpoint: moto $("$venv/bin/python" -c 'import moto; print(moto.__version__)')"

@@ -35,7 +35,7 @@ cargo build --release --locked --bin chpart 2>&1 | grep -v '^\s*Compiling' | ind
 printf '  %s\n' "$("$CHPART" --version)"
 
 step "Start the embedded ClickHouse 26.9 server (.run/quickstart, local transport)"
-if [ -f "$RUN/run/server.pid" ]; then deploy/clickhouse-server stop --run-dir "$RUN/run" 2>&1 | indent || true; fi
+if [ -f "$RUN/run/server.pid" ]; then deploy/dev/clickhouse-server stop --run-dir "$RUN/run" 2>&1 | indent || true; fi
 rm -rf "$RUN"
 mkdir -p "$RUN/work" "$RUN/winners" "$RUN/spark-events" "$RUN/spark-conf"
 read -r HTTP_PORT TCP_PORT < <("$PY" -c '
@@ -43,9 +43,9 @@ import socket
 a, b = socket.socket(), socket.socket()
 a.bind(("127.0.0.1", 0)); b.bind(("127.0.0.1", 0))
 print(a.getsockname()[1], b.getsockname()[1])')
-stop_server() { deploy/clickhouse-server stop --run-dir "$RUN/run" >/dev/null 2>&1 || true; }
+stop_server() { deploy/dev/clickhouse-server stop --run-dir "$RUN/run" >/dev/null 2>&1 || true; }
 trap stop_server EXIT
-deploy/clickhouse-server start --data "$RUN/data" --run-dir "$RUN/run" --http-port "$HTTP_PORT" --tcp-port "$TCP_PORT" | indent
+deploy/dev/clickhouse-server start --data "$RUN/data" --run-dir "$RUN/run" --http-port "$HTTP_PORT" --tcp-port "$TCP_PORT" | indent
 URL="http://127.0.0.1:$HTTP_PORT"
 cat > "$RUN/chpart.toml" <<EOF
 # The embedded default: a ClickHouse server on this machine, parts published by rename.
@@ -56,7 +56,7 @@ request_timeout_secs = 300
 kind = "local"
 [clickhouse_local]
 # the chdb-backed clickhouse-local of this machine (a real clickhouse-local works the same)
-command = "$root/deploy/clickhouse-local"
+command = "$root/deploy/dev/clickhouse-local"
 work_dir = "$RUN/work"
 [staging]
 root = "$RUN/data/chpart-staging"

@@ -1,4 +1,4 @@
-//! Smoke tests of the ClickHouse server launcher itself (deploy/clickhouse-server), so that a
+//! Smoke tests of the ClickHouse server launcher itself (deploy/dev/clickhouse-server), so that a
 //! chdb upgrade that breaks the undocumented way it listens fails here, loudly.
 
 use std::process::Command;
@@ -33,7 +33,7 @@ fn daemon_start_status_stop_commands() {
         let out = Command::new(&script)
             .args(args)
             .output()
-            .expect("run deploy/clickhouse-server");
+            .expect("run deploy/dev/clickhouse-server");
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),

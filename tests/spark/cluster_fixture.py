@@ -1,7 +1,7 @@
 """A three-shard ClickHouse cluster for the Spark tests (the Python twin of the Rust tests'
 `chpart_testenv::cluster::Cluster`, see crates/testenv/src/cluster.rs and tests/distributed.rs).
 
-Three 26.9 servers (deploy/clickhouse-server), each on a loopback address of its own that
+Three 26.9 servers (deploy/dev/clickhouse-server), each on a loopback address of its own that
 ClickHouse counts as the machine itself (127.0.1.1, 127.1.0.1, 127.1.1.1: each node sees
 exactly itself as `is_local`, as a production host does), with distinct HTTP and TCP ports
 that are free on their address. Every config.xml carries the same `<remote_servers>` block
@@ -69,7 +69,7 @@ class Node(ClickHouse):
             _fail(f"restarting shard {self.shard_num}: {out.stdout}\n{out.stderr}")
 
     def start_command(self):
-        return [str(ROOT / "deploy" / "clickhouse-server"), "start", "--data", str(self.data_dir), "--run-dir",
+        return [str(ROOT / "deploy" / "dev" / "clickhouse-server"), "start", "--data", str(self.data_dir), "--run-dir",
                 str(self.run_dir), "--http-port", str(self.http_port), "--tcp-port", str(self.tcp_port),
                 "--listen-host", self.address, "--config-extra", str(self.config_extra)]
 
@@ -113,7 +113,7 @@ class Cluster:
                 failures.append(f"shard {node.shard_num} on {node.address} ({proc.returncode}): {out}")
         if failures:
             self.stop()
-            _fail("deploy/clickhouse-server start failed:\n" + "\n".join(failures))
+            _fail("deploy/dev/clickhouse-server start failed:\n" + "\n".join(failures))
         # Every node sees the whole cluster, and itself (only) as local.
         for node in self.nodes:
             rows = node.rows(f"SELECT shard_num, shard_weight, host_address, port, is_local FROM system.clusters "
@@ -123,7 +123,7 @@ class Cluster:
             assert rows == expected, f"system.clusters on shard {node.shard_num}: {rows}"
 
     def stop(self):
-        procs = [subprocess.Popen([str(ROOT / "deploy" / "clickhouse-server"), "stop", "--run-dir",
+        procs = [subprocess.Popen([str(ROOT / "deploy" / "dev" / "clickhouse-server"), "stop", "--run-dir",
                                    str(n.run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for n in self.nodes]
         for p in procs:

@@ -1,5 +1,5 @@
 """Fixtures for the Spark end-to-end tests: a real ClickHouse 26.9 engine per test (started with
-deploy/clickhouse-server on free ports), a chpart config for it (local transport), the chpart
+deploy/dev/clickhouse-server on free ports), a chpart config for it (local transport), the chpart
 binary and a real local Spark session with its event log.
 
 Nothing here skips: a missing Java, pyspark, chpart_spark or chpart binary is a test error that
@@ -129,18 +129,18 @@ class ClickHouse:
         self.staging_root = self.data_dir / "chpart-staging"
 
     def start(self, config_extra=None):
-        """`config_extra`: an XML fragment for config.xml (deploy/chdb_server.py --config-extra)."""
+        """`config_extra`: an XML fragment for config.xml (deploy/dev/chdb_server.py --config-extra)."""
         extra = ["--config-extra", str(config_extra)] if config_extra else []
         out = subprocess.run(
-            [str(ROOT / "deploy" / "clickhouse-server"), "start", "--data", str(self.data_dir), "--run-dir",
+            [str(ROOT / "deploy" / "dev" / "clickhouse-server"), "start", "--data", str(self.data_dir), "--run-dir",
              str(self.run_dir), "--http-port", str(self.http_port), "--tcp-port", str(self.tcp_port), *extra],
             capture_output=True, text=True, timeout=120,
         )
         if out.returncode != 0:
-            _fail(f"deploy/clickhouse-server start failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+            _fail(f"deploy/dev/clickhouse-server start failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
 
     def stop(self):
-        subprocess.run([str(ROOT / "deploy" / "clickhouse-server"), "stop", "--run-dir", str(self.run_dir)],
+        subprocess.run([str(ROOT / "deploy" / "dev" / "clickhouse-server"), "stop", "--run-dir", str(self.run_dir)],
                        capture_output=True, text=True, timeout=120)
 
     def query(self, sql):
@@ -180,7 +180,7 @@ def write_config(path, server, work_dir):
         'kind = "local"\n'
         "[clickhouse_local]\n"
         # the chdb-backed clickhouse-local (chpart spools Arrow streams itself)
-        f'command = "{ROOT / "deploy" / "clickhouse-local"}"\n'
+        f'command = "{ROOT / "deploy" / "dev" / "clickhouse-local"}"\n'
         f'work_dir = "{work_dir}"\n'
         "[staging]\n"
         f'root = "{server.staging_root}"\n'

@@ -345,7 +345,7 @@ def test_pyspark_with_the_wheel_only_loads_exactly_once_under_a_retry_after_publ
 
 def test_the_jars_binary_loads_over_sftp(clickhouse, connector_jar, tmp_path):
     """(1) The jar's binary over SFTP (its OpenSSL and libssh2 are the ones linked in): begin, a
-    build of a Parquet file uploaded through a real OpenSSH sshd (deploy/sshd.sh, host key
+    build of a Parquet file uploaded through a real OpenSSH sshd (deploy/dev/sshd.sh, host key
     checked against known_hosts), commit; exactly the file's rows are loaded."""
     from conftest import free_port
     from datasets import write_events_parquet
@@ -355,10 +355,10 @@ def test_the_jars_binary_loads_over_sftp(clickhouse, connector_jar, tmp_path):
     binary = tmp_path / "chpart"
     extract_from_jar(connector_jar, binary)
     sshd_dir, port = tmp_path / "sshd", free_port()
-    sshd = ROOT / "deploy" / "sshd.sh"
+    sshd = ROOT / "deploy" / "dev" / "sshd.sh"
     started = subprocess.run(["bash", str(sshd), "start", "--dir", str(sshd_dir), "--port", str(port)],
                              capture_output=True, text=True, timeout=120)
-    assert started.returncode == 0, f"deploy/sshd.sh start failed:\n{started.stdout}\n{started.stderr}"
+    assert started.returncode == 0, f"deploy/dev/sshd.sh start failed:\n{started.stdout}\n{started.stderr}"
     try:
         work = tmp_path / "work"
         work.mkdir()
@@ -375,7 +375,7 @@ def test_the_jars_binary_loads_over_sftp(clickhouse, connector_jar, tmp_path):
             f'identity_file = "{sshd_dir / "client_key"}"\n'
             f'known_hosts = "{sshd_dir / "known_hosts"}"\n'
             "[clickhouse_local]\n"
-            f'command = "{ROOT / "deploy" / "clickhouse-local"}"\n'
+            f'command = "{ROOT / "deploy" / "dev" / "clickhouse-local"}"\n'
             f'work_dir = "{work}"\n'
             "[staging]\n"
             f'root = "{clickhouse.staging_root}"\n'
@@ -501,7 +501,7 @@ def test_spark_submit_java_job_on_a_standalone_cluster_with_the_jar_and_conf_onl
         # chpart's view and the table: the test's own chpart gets the config as CHPART_* variables.
         env = {"CHPART_CLICKHOUSE_URL": server.url, "CHPART_CLICKHOUSE_USER": USER,
                "CHPART_CLICKHOUSE_PASSWORD": PASSWORD, "CHPART_TRANSPORT_KIND": "local",
-               "CHPART_CLICKHOUSE_LOCAL_COMMAND": str(ROOT / "deploy" / "clickhouse-local"),
+               "CHPART_CLICKHOUSE_LOCAL_COMMAND": str(ROOT / "deploy" / "dev" / "clickhouse-local"),
                "CHPART_STAGING_ROOT": str(server.staging_root)}
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)

@@ -142,7 +142,7 @@ def stop_before_first_commit(tmp_path, chpart_bin, node):
     path.write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = commit ] && mkdir "{marker}" 2>/dev/null; then\n'
-        f'  "{ROOT / "deploy" / "clickhouse-server"}" stop --run-dir "{node.run_dir}" >&2\n'
+        f'  "{ROOT / "deploy" / "dev" / "clickhouse-server"}" stop --run-dir "{node.run_dir}" >&2\n'
         "fi\n"
         f'exec "{chpart_bin}" "$@"\n')
     path.chmod(0o755)

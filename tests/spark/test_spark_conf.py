@@ -51,13 +51,13 @@ def password_server(base):
 
 def clickhouse_archive(path):
     """clickhouse.tgz holding `clickhouse`, a stand-in for ClickHouse's multi-tool binary: its
-    `clickhouse local ...` runs the project's engine (deploy/clickhouse-local, which must stay in
+    `clickhouse local ...` runs the project's engine (deploy/dev/clickhouse-local, which must stay in
     the checkout: it runs the .venv's chdb)."""
     launcher = path.parent / "clickhouse"
     launcher.write_text("#!/bin/sh\n"
                         '[ "$1" = local ] || { echo "usage: clickhouse local ..." >&2; exit 2; }\n'
                         "shift\n"
-                        f'exec {ROOT / "deploy" / "clickhouse-local"} "$@"\n')
+                        f'exec {ROOT / "deploy" / "dev" / "clickhouse-local"} "$@"\n')
     launcher.chmod(0o755)
     with tarfile.open(path, "w:gz") as tar:
         tar.add(launcher, arcname="clickhouse")
@@ -172,7 +172,7 @@ def run(server, chpart_bin, connector_jar, tmp_path):
     # runs get the config as CHPART_* variables (the password too: the third way to give it).
     env = {"CHPART_CLICKHOUSE_URL": server.url, "CHPART_CLICKHOUSE_USER": USER,
            "CHPART_CLICKHOUSE_PASSWORD": PASSWORD, "CHPART_TRANSPORT_KIND": "local",
-           "CHPART_CLICKHOUSE_LOCAL_COMMAND": str(ROOT / "deploy" / "clickhouse-local"),
+           "CHPART_CLICKHOUSE_LOCAL_COMMAND": str(ROOT / "deploy" / "dev" / "clickhouse-local"),
            "CHPART_STAGING_ROOT": str(server.staging_root)}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -10,7 +10,7 @@
 # commit`; a build holds at most 100 partitions); the last commit's statements are then printed
 # per class only.
 # --transport sftp has the commit verify parts over SFTP through a loopback sshd of its own
-# (deploy/sshd.sh), as a driver on another host does; the builds stay local. The last commit's
+# (deploy/dev/sshd.sh), as a driver on another host does; the builds stay local. The last commit's
 # steps (its --events: plan, which includes verifying the waiting parts, claim, attach,
 # publish, finish) are printed with their wall time.
 #
@@ -40,15 +40,15 @@ dir="$(mktemp -d)"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 http="$(free_port)" tcp="$(free_port)"
 stop() {
-  "$root/deploy/clickhouse-server" stop --run-dir "$dir/run" >/dev/null 2>&1 || true
-  [ "$transport" = sftp ] && { bash "$root/deploy/sshd.sh" stop --dir "$dir/sshd" >/dev/null 2>&1 || true; }
+  "$root/deploy/dev/clickhouse-server" stop --run-dir "$dir/run" >/dev/null 2>&1 || true
+  [ "$transport" = sftp ] && { bash "$root/deploy/dev/sshd.sh" stop --dir "$dir/sshd" >/dev/null 2>&1 || true; }
   rm -rf "$dir"
 }
 trap stop EXIT
 cat > "$dir/logs.xml" <<'X'
 <query_log><database>system</database><table>query_log</table><flush_interval_milliseconds>1000</flush_interval_milliseconds></query_log>
 X
-"$root/deploy/clickhouse-server" start --data "$dir/data" --run-dir "$dir/run" --http-port "$http" \
+"$root/deploy/dev/clickhouse-server" start --data "$dir/data" --run-dir "$dir/run" --http-port "$http" \
   --tcp-port "$tcp" --config-extra "$dir/logs.xml" >/dev/null
 url="http://127.0.0.1:$http"
 ch() { curl -sS --fail-with-body "$url/" --data-binary "$1"; }
@@ -58,7 +58,7 @@ url = "$url"
 [transport]
 kind = "local"
 [clickhouse_local]
-command = "$root/deploy/clickhouse-local"
+command = "$root/deploy/dev/clickhouse-local"
 work_dir = "$dir/work"
 [staging]
 root = "$dir/data/chpart-staging"
@@ -70,7 +70,7 @@ case "$transport" in
   local) ;;
   sftp)
     ssh_port="$(free_port)"
-    bash "$root/deploy/sshd.sh" start --dir "$dir/sshd" --port "$ssh_port" >/dev/null
+    bash "$root/deploy/dev/sshd.sh" start --dir "$dir/sshd" --port "$ssh_port" >/dev/null
     sed 's/^kind = "local"$/kind = "sftp"/' "$dir/chpart.toml" > "$dir/chpart-sftp.toml"
     cat >> "$dir/chpart-sftp.toml" <<T
 [ssh]

@@ -361,7 +361,7 @@ impl std::fmt::Display for Filesystem {
 }
 
 /// The line the server benchmarks print about where their server keeps its data, with a
-/// warning when that filesystem makes file creation slow (see `deploy/bench-disk.sh`).
+/// warning when that filesystem makes file creation slow (see `deploy/dev/bench-disk.sh`).
 pub fn data_disk_line(data_dir: &Path) -> String {
     match Filesystem::of(data_dir) {
         None => format!("server data in {} (filesystem unknown)", data_dir.display()),
@@ -369,7 +369,7 @@ pub fn data_disk_line(data_dir: &Path) -> String {
             "server data on {fs}: WARNING: a journal-less ext4 scans for a free inode on every \
              file created, so statements that create files (MOVE PARTITION, INSERT, ledger \
              INSERTs) cost several times what they cost on a ClickHouse data disk; for \
-             figures that stand for a server, run with TMPDIR=\"$(bash deploy/bench-disk.sh \
+             figures that stand for a server, run with TMPDIR=\"$(bash deploy/dev/bench-disk.sh \
              start)\" (a journaled ext4 on a loop device)"
         ),
         Some(fs) => format!("server data on {fs}"),

@@ -1,6 +1,6 @@
 //! The RemoteFs contract against both backends, and the SFTP connection's
 //! refusals against a real OpenSSH sshd (started per test from
-//! deploy/sshd.sh; a missing sshd fails the test with the install command).
+//! deploy/dev/sshd.sh; a missing sshd fails the test with the install command).
 
 use std::fs;
 use std::net::TcpListener;

@@ -1,4 +1,4 @@
-//! The ClickHouse 26.9 engine as a server for tests (`deploy/clickhouse-server serve`).
+//! The ClickHouse 26.9 engine as a server for tests (`deploy/dev/clickhouse-server serve`).
 //!
 //! [`ServerOptions`] say how: the loopback address to listen on, fixed ports, extra config
 //! (a cluster's `<remote_servers>`), the OS user, the time zone, a JBOD storage policy, a tiered
@@ -217,7 +217,7 @@ impl ClickHouse {
         if let Some(tz) = &options.tz {
             cmd.env("TZ", tz);
         }
-        let mut child = cmd.spawn().expect("spawn deploy/clickhouse-server");
+        let mut child = cmd.spawn().expect("spawn deploy/dev/clickhouse-server");
         let stdin = child.stdin.take();
         let mut server = ClickHouse {
             host,
@@ -249,7 +249,7 @@ impl ClickHouse {
             };
             panic!(
                 "ClickHouse server on {host}:{http_port} {how} (a chdb upgrade may have broken \
-                 deploy/chdb_server.py); log {}:\n{}",
+                 deploy/dev/chdb_server.py); log {}:\n{}",
                 log.display(),
                 log_tail(&log, 30)
             );

@@ -43,14 +43,14 @@ pub fn project_root() -> PathBuf {
         .expect("repository root")
 }
 
-/// A `deploy/` script, checked to exist.
+/// A script of `deploy/dev/` (the test engine's stand-ins and the test sshd), checked to exist.
 pub fn deploy_script(name: &str) -> PathBuf {
-    let path = project_root().join("deploy").join(name);
+    let path = project_root().join("deploy").join("dev").join(name);
     assert!(path.exists(), "{} is missing", path.display());
     path
 }
 
-/// The clickhouse-local command the tests build parts with (`deploy/clickhouse-local`, backed
+/// The clickhouse-local command the tests build parts with (`deploy/dev/clickhouse-local`, backed
 /// by chdb-core 26.9). Panics with the install command when the engine is not installed.
 pub fn clickhouse_local() -> PathBuf {
     require_engine();

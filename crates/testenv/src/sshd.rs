@@ -1,4 +1,4 @@
-//! A private OpenSSH sshd per test, started through `deploy/sshd.sh` so tests
+//! A private OpenSSH sshd per test, started through `deploy/dev/sshd.sh` so tests
 //! exercise the same setup a developer gets by hand.
 //!
 //! Each [`Sshd`] owns a temporary directory (host key, client key,
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::{deploy_script, free_port_on, log_tail, scratch_dir, wait_until, INSTALL_HINT};
 
-/// Where Debian's openssh-server puts the daemon; `deploy/sshd.sh` uses the same path.
+/// Where Debian's openssh-server puts the daemon; `deploy/dev/sshd.sh` uses the same path.
 pub const SSHD_BIN: &str = "/usr/sbin/sshd";
 
 /// How long sshd may take from spawn to accepting connections.

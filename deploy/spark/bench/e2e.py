@@ -9,7 +9,7 @@ it is at rest.
 
 What runs, in this order (README.md next to this file explains every figure):
 
-1. Its own ClickHouse 26.9 server (deploy/clickhouse-server serve --stop-on-stdin-eof, free
+1. Its own ClickHouse 26.9 server (deploy/dev/clickhouse-server serve --stop-on-stdin-eof, free
    loopback ports, a fresh temp dir, system.query_log on): it stops when this script ends,
    fails, is interrupted or killed, because it watches a pipe from this process. MergeTree
    tables of the DDL of deploy/spark/examples/load_events.py (web events, 10 columns,
@@ -180,7 +180,7 @@ def machine_cpu_seconds():
 
 
 class Server:
-    """A ClickHouse 26.9 server (deploy/clickhouse-server) on free loopback ports in `base`.
+    """A ClickHouse 26.9 server (deploy/dev/clickhouse-server) on free loopback ports in `base`.
 
     Started with `serve --stop-on-stdin-eof`: closing our end of its stdin stops it cleanly, and
     if this process dies however it dies, the pipe closes and the server stops with it."""
@@ -202,7 +202,7 @@ class Server:
                          "<flush_interval_milliseconds>7500</flush_interval_milliseconds></query_log>\n")
         log = open(self.run_dir / "server.log", "ab")
         self.proc = subprocess.Popen(
-            [str(ROOT / "deploy" / "clickhouse-server"), "serve", "--data", str(self.data_dir), "--run-dir",
+            [str(ROOT / "deploy" / "dev" / "clickhouse-server"), "serve", "--data", str(self.data_dir), "--run-dir",
              str(self.run_dir), "--http-port", str(self.http_port), "--tcp-port", str(self.tcp_port),
              "--config-extra", str(extra), "--stop-on-stdin-eof"],
             stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True)
@@ -467,7 +467,7 @@ def write_chpart_config(path, server, work_dir):
         "[transport]\n"
         'kind = "local"\n'
         "[clickhouse_local]\n"
-        f'command = "{ROOT / "deploy" / "clickhouse-local"}"\n'
+        f'command = "{ROOT / "deploy" / "dev" / "clickhouse-local"}"\n'
         f'work_dir = "{work_dir}"\n'
         "[staging]\n"
         f'root = "{server.data_dir / "chpart-staging"}"\n'
@@ -622,7 +622,7 @@ def run(args, base):
     }
 
     server = Server(base / "clickhouse")
-    say(f"starting ClickHouse (deploy/clickhouse-server) on 127.0.0.1:{server.http_port}, data in {base}")
+    say(f"starting ClickHouse (deploy/dev/clickhouse-server) on 127.0.0.1:{server.http_port}, data in {base}")
     try:
         server.start()
         result["server_version"] = server.scalar("SELECT version()")

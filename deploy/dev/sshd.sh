@@ -6,9 +6,9 @@
 # ADDR puts it on another loopback address (any 127.x.y.z works on Linux), so
 # each node of a test cluster can be a "host" of its own.
 #
-#   deploy/sshd.sh start --dir DIR --port PORT [--listen ADDR] [--allow-user NAME ...]
+#   deploy/dev/sshd.sh start --dir DIR --port PORT [--listen ADDR] [--allow-user NAME ...]
 #                        [--foreground [--stop-on-stdin-eof]]
-#   deploy/sshd.sh stop  --dir DIR
+#   deploy/dev/sshd.sh stop  --dir DIR
 #
 # start is idempotent: keys are made only when absent, and a daemon already
 # running from DIR is left alone. --foreground execs sshd instead of detaching

@@ -10,12 +10,12 @@
 # ClickHouse data disk is. Benchmarks started with TMPDIR on this filesystem put their
 # servers' data there:
 #
-#   dir="$(bash deploy/bench-disk.sh start)"   # prints the mount point (default /mnt/chpart-bench)
+#   dir="$(bash deploy/dev/bench-disk.sh start)"   # prints the mount point (default /mnt/chpart-bench)
 #   TMPDIR="$dir" target/release/chpart-bench commit
-#   bash deploy/bench-disk.sh stop
+#   bash deploy/dev/bench-disk.sh stop
 #
-#   deploy/bench-disk.sh start [--dir DIR] [--image FILE] [--size SIZE]
-#   deploy/bench-disk.sh stop  [--dir DIR] [--image FILE]
+#   deploy/dev/bench-disk.sh start [--dir DIR] [--image FILE] [--size SIZE]
+#   deploy/dev/bench-disk.sh stop  [--dir DIR] [--image FILE]
 #
 # start is idempotent (a filesystem already mounted at DIR is left alone). The image is a
 # sparse file (default /var/tmp/chpart-bench-ext4.img, 16G); stop unmounts and removes it.

@@ -78,7 +78,7 @@ def parse(argv):
             opts["settings"].append((key, value))
         else:
             fail(f"unsupported argument {arg!r}; this chdb-backed clickhouse-local supports the subset "
-                 f"listed in deploy/chdb_local.py\n{USAGE}")
+                 f"listed in deploy/dev/chdb_local.py\n{USAGE}")
         i += 1
     return opts
 
