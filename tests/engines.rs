@@ -109,13 +109,24 @@ fn every_engine_folds_the_loaded_rows_as_after_an_insert() {
                 ROWS,
             );
             let what = format!("{name}, --visibility {visibility}");
+            // Every source row went into the parts, which then folded as an INSERT folds its
+            // block: the manifest accounts for each row.
+            assert_eq!(manifest.source_rows, 400, "{what}");
+            assert!(manifest.folded_rows > 0, "{what}: the build folded nothing");
             assert_eq!(
-                (manifest.source_rows, manifest.total_rows()),
-                (400, 400),
-                "{what}: every source row in the parts"
+                manifest.total_rows() + manifest.folded_rows + manifest.ttl_removed_rows,
+                400,
+                "{what}: parts + folded rows = source rows"
             );
             ch.q(&format!("INSERT INTO `{}`.twin {ROWS}", s.db.name));
-            // What a reader sees with FINAL, before any merge and after OPTIMIZE FINAL.
+            // What a reader sees right after the commit without FINAL (as most dashboards
+            // query) is what it sees right after an INSERT of the same rows in one block.
+            assert_eq!(
+                all_rows(&s, "events", ""),
+                all_rows(&s, "twin", ""),
+                "{what}: without FINAL, right after the load"
+            );
+            // With FINAL, before any merge and after OPTIMIZE FINAL.
             let twin_final = all_rows(&s, "twin", "FINAL");
             assert_eq!(all_rows(&s, "events", "FINAL"), twin_final, "{what}: FINAL");
             for table in ["events", "twin"] {
@@ -137,29 +148,31 @@ fn every_engine_folds_the_loaded_rows_as_after_an_insert() {
 }
 
 #[test]
-fn merge_is_refused_for_folding_engines_and_aggregate_states_at_begin() {
+fn merge_folds_as_the_build_does_and_aggregate_states_are_refused_at_begin() {
     let ch = shared();
     let s = setup(
         ch,
-        "engine_merge_refused",
+        "engine_merge_folding",
         "ts DateTime('UTC'), id UInt64, v UInt64, sign Int8",
         "ENGINE = ReplacingMergeTree(v) PARTITION BY toYYYYMM(ts) ORDER BY id",
     );
-    ok(&s.begin("merge-refused-1", &[]), "begin");
+    // A folding engine's build folds and merges each partition anyway: --merge changes nothing.
+    ok(&s.begin("merge-folding-1", &[]), "begin");
     let input = write_rows(s.dir.path(), "m.parquet", ROWS, "Parquet");
-    let out = s
-        .build_cmd("merge-refused-1", "app-1.1", 0)
-        .arg("--input")
-        .arg(&input)
-        .arg("--merge")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
-    assert!(
-        text(&out).contains("--merge is refused") && text(&out).contains("ReplacingMergeTree"),
-        "{}",
-        text(&out)
-    );
+    let manifests: Vec<chpart_core::Manifest> = [("app-1.1", true), ("app-2.1", false)]
+        .iter()
+        .map(|(attempt, merge)| {
+            let mut cmd = s.build_cmd("merge-folding-1", attempt, 0);
+            cmd.arg("--input").arg(&input);
+            if *merge {
+                cmd.arg("--merge");
+            }
+            manifest_of(cmd.output().unwrap()).unwrap_or_else(|o| panic!("build: {}", text(&o)))
+        })
+        .collect();
+    let counts = |m: &chpart_core::Manifest| (m.parts.len(), m.total_rows(), m.folded_rows);
+    assert_eq!(counts(&manifests[0]), counts(&manifests[1]));
+    assert_eq!(manifests[0].parts.len(), 2, "one part per partition");
 
     let s = setup(
         ch,

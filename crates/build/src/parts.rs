@@ -277,6 +277,9 @@ pub enum Rewrite {
     /// `ALTER TABLE ... MATERIALIZE TTL`: each part rewritten by a mutation (level 0, a mutation
     /// version in its name) without its expired rows and values; no rows folded.
     ApplyTtl,
+    /// [`Rewrite::Merge`] of parts [`Rewrite::ApplyTtl`] rewrote: merged parts (level > 0) that
+    /// keep the mutation version in their names.
+    MergeAfterTtl,
 }
 
 /// The statements of the second session on the data directory of a [`build_query`] session:
@@ -285,7 +288,7 @@ pub enum Rewrite {
 pub fn rewrite_query(database: &str, table: &str, rewrite: Rewrite) -> String {
     let target = format!("{}.{}", quote_ident(database), quote_ident(table));
     let run = match rewrite {
-        Rewrite::Merge => format!("OPTIMIZE TABLE {target} FINAL"),
+        Rewrite::Merge | Rewrite::MergeAfterTtl => format!("OPTIMIZE TABLE {target} FINAL"),
         Rewrite::ApplyTtl => {
             format!("ALTER TABLE {target} MATERIALIZE TTL SETTINGS mutations_sync = 2")
         }
@@ -462,12 +465,12 @@ pub fn inspect_parts(
         }
         let expected_version = match (local_name.mutation(), rewrite) {
             (None, _) => local_name.min_block(),
-            (Some(mutation), Some(Rewrite::ApplyTtl)) => mutation,
+            (Some(mutation), Some(Rewrite::ApplyTtl | Rewrite::MergeAfterTtl)) => mutation,
             (Some(mutation), _) => {
                 return Err(fail(format!("it was mutated (mutation version {mutation}); chpart ships freshly written parts only")));
             }
         };
-        if level > 0 && rewrite != Some(Rewrite::Merge) {
+        if level > 0 && !matches!(rewrite, Some(Rewrite::Merge | Rewrite::MergeAfterTtl)) {
             return Err(fail(format!(
                 "it is a merged part (level {level}); background merges should have been stopped, and only a build with merge enabled makes merged parts"
             )));

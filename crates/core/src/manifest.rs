@@ -77,6 +77,12 @@ pub struct Manifest {
     /// merge after an INSERT would: `build` checks `source_rows` = rows in the parts + this.
     /// Absent from the JSON when 0, so manifests of tables without TTL read as before.
     pub ttl_removed_rows: u64,
+    /// Of those, rows the table's engine folded when the parts were built (Replacing,
+    /// Summing, Aggregating, Collapsing and VersionedCollapsing fold each attempt's rows as an
+    /// INSERT folds its block, `optimize_on_insert`), after the parts were checked to hold
+    /// every input row: `build` checks `source_rows` = rows in the parts + TTL-removed rows +
+    /// this. Absent from the JSON when 0.
+    pub folded_rows: u64,
     /// When the attempt completed, milliseconds since the Unix epoch.
     pub created_at_unix_ms: u64,
     /// When its phases ended, for the load's timeline (`status --timeline`).
@@ -186,6 +192,8 @@ struct Document {
     source_rows: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     ttl_removed_rows: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    folded_rows: u64,
     created_at_unix_ms: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     started_at_unix_ms: u64,
@@ -493,6 +501,7 @@ impl Manifest {
             clickhouse_local_version,
             source_rows,
             ttl_removed_rows,
+            folded_rows,
             created_at_unix_ms,
             started_at_unix_ms,
             built_at_unix_ms,
@@ -508,6 +517,7 @@ impl Manifest {
             clickhouse_local_version,
             source_rows,
             ttl_removed_rows,
+            folded_rows,
             created_at_unix_ms,
             phases: Phases {
                 started_at_unix_ms,
@@ -532,6 +542,7 @@ impl Manifest {
             clickhouse_local_version,
             source_rows,
             ttl_removed_rows,
+            folded_rows,
             created_at_unix_ms,
             phases,
             parts,
@@ -546,6 +557,7 @@ impl Manifest {
             clickhouse_local_version,
             source_rows,
             ttl_removed_rows,
+            folded_rows,
             created_at_unix_ms,
             started_at_unix_ms: phases.started_at_unix_ms,
             built_at_unix_ms: phases.built_at_unix_ms,
@@ -797,6 +809,7 @@ mod tests {
             clickhouse_local_version: "26.9.2.1".into(),
             source_rows: 300,
             ttl_removed_rows: 0,
+            folded_rows: 0,
             created_at_unix_ms: 1_764_490_000_000,
             phases: Phases::default(),
             parts,

@@ -267,6 +267,7 @@ mod tests {
             clickhouse_local_version: "26.9.2.1".into(),
             source_rows: 0,
             ttl_removed_rows: 0,
+            folded_rows: 0,
             created_at_unix_ms: 1,
             phases: Default::default(),
             parts: Vec::new(),

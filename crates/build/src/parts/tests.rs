@@ -670,6 +670,16 @@ fn expired_rows_are_removed_by_materialize_ttl_without_folding() {
         "SELECT note, count() FROM chpart.t GROUP BY note ORDER BY note FORMAT TabSeparated",
     );
     assert_eq!(notes, "\t100\nn\t100\n", "the column TTL applied too");
+    // Then merged (a folding engine's build folds after TTL): merged parts keep the mutation
+    // version in their names, which only MergeAfterTtl accepts.
+    let out = run_in(&data, &rewrite_query("chpart", "t", Rewrite::MergeAfterTtl));
+    for refusing in [None, Some(Rewrite::Merge)] {
+        let err = inspect_parts(&out, refusing).unwrap_err().to_string();
+        assert!(err.contains("it was mutated"), "{refusing:?}: {err}");
+    }
+    let merged =
+        inspect_parts(&out, Some(Rewrite::MergeAfterTtl)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(merged.iter().all(|p| p.level > 0), "{merged:?}");
 }
 
 #[test]

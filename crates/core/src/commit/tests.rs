@@ -104,6 +104,7 @@ fn manifest(load: &str, partition: u32, attempt: &str, parts: &[(&str, u32, u64)
         clickhouse_local_version: "26.9.2.1".into(),
         source_rows: 0,
         ttl_removed_rows: 0,
+        folded_rows: 0,
         created_at_unix_ms: 1_764_490_000_000,
         phases: Default::default(),
         parts,

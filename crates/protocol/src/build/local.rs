@@ -7,9 +7,11 @@ use super::*;
 pub(super) struct Built {
     pub(super) parts: Vec<BuiltPart>,
     pub(super) source_rows: u64,
-    /// Input rows the table's TTL rules removed (expired, or folded by `TTL ... GROUP BY`):
-    /// `source_rows` = rows of `parts` + this.
+    /// Input rows the table's TTL rules removed (expired, or folded by `TTL ... GROUP BY`).
     pub(super) ttl_removed_rows: u64,
+    /// Input rows the table's engine folded (a folding engine's rows, folded as an INSERT
+    /// folds its block): `source_rows` = rows of `parts` + TTL-removed rows + this.
+    pub(super) folded_rows: u64,
     pub(super) identity: LocalIdentity,
 }
 
@@ -235,10 +237,13 @@ pub(super) fn run_clickhouse_local(
     // the input's rows (all tables together, when routed).
     check_rows(rows, &inserted.concat(), engine)?;
 
-    // A rewrite, if any, runs in a second session on the same data directory (and in the same
-    // time zone). After it the rows may only have become fewer, and only by TTL: a merge of a
-    // plain MergeTree and the TTL mutation fold no rows (merges of the other engines do, and are
-    // refused in `build`).
+    // Rewrites, if any, run in further sessions on the same data directory (and in the same
+    // time zone), on parts just checked to hold every input row. After each the rows may only
+    // have become fewer: by TTL (expired rows removed first, counted apart), then by the
+    // engine's fold. A folding engine folds each attempt's rows as an INSERT folds its block
+    // (`optimize_on_insert`), so readers right after the commit see what they would after an
+    // INSERT of the same rows; a plain MergeTree folds nothing, merged or not.
+    let folds = folds_rows(engine);
     let now = now_unix_ms() / 1000;
     let mut out = Vec::new();
     for (table, inserted) in tables.iter().zip(inserted) {
@@ -248,44 +253,56 @@ pub(super) fn run_clickhouse_local(
             .collect::<Result<Vec<bool>, _>>()
             .map_err(build_err)?
             .contains(&true);
-        let rewrite = if merge {
-            Some(Rewrite::Merge)
-        } else if ttl_expired {
-            Some(Rewrite::ApplyTtl)
-        } else {
-            None
-        };
         let table_rows = rows_of(&inserted);
-        let parts = match rewrite {
-            None => inserted,
-            Some(rewrite) => {
-                let query = rewrite_query(LOCAL_DATABASE, table, rewrite);
-                let output = local.run(&local_args(&data, &query))?;
-                let mut parts = inspect(&output, Some(rewrite))?;
-                if rows_of(&parts) > table_rows {
-                    return Err(BuildError::RowMismatch {
-                        source_rows: table_rows,
-                        part_rows: rows_of(&parts),
-                        engine: engine.clone(),
-                        stage: Some(match rewrite {
-                            Rewrite::Merge => "after OPTIMIZE FINAL",
-                            Rewrite::ApplyTtl => "after MATERIALIZE TTL",
-                        }),
-                    });
-                }
-                // A part whose rows all expired has nothing to attach.
-                parts.retain(|p| p.rows > 0);
-                parts
+        let mut parts = inserted;
+        let mut removed = [0u64; 2]; // by TTL, by the engine's fold
+        let ttl_first = ttl_expired && (folds || !merge);
+        let rewrites = [
+            ttl_first.then_some(Rewrite::ApplyTtl),
+            (merge || folds).then_some(if ttl_first {
+                Rewrite::MergeAfterTtl
+            } else {
+                Rewrite::Merge
+            }),
+        ];
+        for (i, rewrite) in rewrites.into_iter().enumerate() {
+            let Some(rewrite) = rewrite else { continue };
+            let before = rows_of(&parts);
+            let query = rewrite_query(LOCAL_DATABASE, table, rewrite);
+            let output = local.run(&local_args(&data, &query))?;
+            parts = inspect(&output, Some(rewrite))?;
+            if rows_of(&parts) > before {
+                return Err(BuildError::RowMismatch {
+                    source_rows: before,
+                    part_rows: rows_of(&parts),
+                    engine: engine.clone(),
+                    stage: Some(match rewrite {
+                        Rewrite::Merge | Rewrite::MergeAfterTtl => "after OPTIMIZE FINAL",
+                        Rewrite::ApplyTtl => "after MATERIALIZE TTL",
+                    }),
+                });
             }
-        };
+            // A part whose rows all expired (or all folded away) has nothing to attach.
+            parts.retain(|p| p.rows > 0);
+            // A plain MergeTree's merge folds nothing: what it removed had expired (TTL).
+            let by_fold = i == 1 && folds;
+            removed[usize::from(by_fold)] += before - rows_of(&parts);
+        }
         out.push(Built {
-            ttl_removed_rows: table_rows - rows_of(&parts),
+            ttl_removed_rows: removed[0],
+            folded_rows: removed[1],
             parts,
             source_rows: table_rows,
             identity: identity.clone(),
         });
     }
     Ok(out)
+}
+
+/// Whether the table's engine folds rows when it merges (every MergeTree-family engine but the
+/// plain one: Replacing, Summing, Aggregating, Collapsing, VersionedCollapsing, Graphite).
+pub(super) fn folds_rows(engine: &str) -> bool {
+    engine != "MergeTree"
 }
 
 pub(super) fn rows_of(parts: &[BuiltPart]) -> u64 {

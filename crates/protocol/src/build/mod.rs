@@ -223,19 +223,6 @@ fn build_attempt(env: &BuildEnv<'_>, req: BuildRequest) -> Result<BuildReport, B
             ),
         });
     }
-    let engine = &spec.publish_snapshot.shape.engine;
-    if req.merge && engine != "MergeTree" {
-        // OPTIMIZE FINAL folds rows in these engines (replaced versions, sums, collapsed
-        // pairs), so the parts' rows could no longer be checked against the input's: a lost
-        // row and a folded one would look the same. The table folds them itself after the load.
-        return Err(BuildError::Unsupported {
-            load: req.load.clone(),
-            message: format!(
-                "--merge is refused for {} ({engine}): merging folds rows, so the built rows could no longer be checked against the input rows; build without --merge (the table's engine merges the parts after the load)",
-                spec.target
-            ),
-        });
-    }
     if let Some(cluster) = &spec.cluster {
         return build_cluster(env, &spec, cluster, req, started);
     }
@@ -350,11 +337,12 @@ fn step_built(step: Step, built: Result<Vec<Built>, BuildError>) -> Result<Vec<B
 
 fn log_built(built: &Built, started: Instant) {
     tracing::info!(
-        "built {} part(s), {} rows from {} input rows ({} removed by the table's TTL) in {:.2}s",
+        "built {} part(s), {} rows from {} input rows ({} removed by the table's TTL, {} folded by its engine) in {:.2}s",
         built.parts.len(),
         rows_of(&built.parts),
         built.source_rows,
         built.ttl_removed_rows,
+        built.folded_rows,
         started.elapsed().as_secs_f64()
     );
 }
@@ -446,6 +434,7 @@ fn publish_built(
         clickhouse_local_version: built.identity.version.clone(),
         source_rows: built.source_rows,
         ttl_removed_rows: built.ttl_removed_rows,
+        folded_rows: built.folded_rows,
         created_at_unix_ms: now_unix_ms(),
         phases: Phases {
             started_at_unix_ms: timings.started_unix_ms,
