@@ -6,10 +6,9 @@
 
 use std::fmt;
 use std::future::Future;
-use std::time::Instant;
 
 use chpart_core::events;
-use chpart_core::retry::{clock_seed, RetryPolicy};
+use chpart_core::retry::{retry_async, GiveUp, Retry, RetryPolicy};
 
 use crate::{
     AttachActivity, ClusterReplica, ColumnInfo, DetachedPartInfo, DiskRow, ErrorClass, LedgerRow,
@@ -40,46 +39,39 @@ impl Retrying {
 
     /// Runs `call` until it succeeds, fails for good, or the deadline passes; every retry is
     /// logged with its cause and number. The error after the last try says how many there were.
-    async fn again<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, ServerError>
+    async fn again<T, F, Fut>(&self, what: &str, call: F) -> Result<T, ServerError>
     where
         F: FnMut() -> Fut + Send,
         Fut: Future<Output = Result<T, ServerError>> + Send,
     {
-        let started = Instant::now();
-        let mut backoff = self.policy.backoff(clock_seed());
-        loop {
-            let error = match call().await {
-                Ok(value) => return Ok(value),
-                Err(e) if e.class(true) == ErrorClass::Transient => e,
-                Err(e) => return Err(e),
-            };
-            let Some(delay) = backoff.next_delay(started.elapsed()) else {
-                return Err(if backoff.retries() == 0 {
-                    error
-                } else {
-                    error.noted(&format!(
-                        "gave up after {} tries in {:.1} s",
-                        backoff.retries() + 1,
-                        started.elapsed().as_secs_f64()
-                    ))
-                });
-            };
+        let endpoint = self.inner.endpoint();
+        let log = |retry: Retry<'_, ServerError>| {
+            let error = retry.error;
             tracing::warn!(
-                "{what} on {}: retry {} in {:.2} s after a transient fault: {error}",
-                self.inner.endpoint(),
-                backoff.retries(),
-                delay.as_secs_f64()
+                "{what} on {endpoint}: retry {} in {:.2} s after a transient fault: {error}",
+                retry.number,
+                retry.wait.as_secs_f64()
             );
             tracing::info!(
                 target: events::TARGET,
                 step = "retry",
                 outcome = events::RETRYING,
-                retry = backoff.retries(),
-                duration_ms = delay.as_secs_f64() * 1e3,
-                error = format!("{what} on {}: {error}", self.inner.endpoint()),
+                retry = retry.number,
+                duration_ms = retry.wait.as_secs_f64() * 1e3,
+                error = format!("{what} on {endpoint}: {error}"),
             );
-            tokio::time::sleep(delay).await;
-        }
+        };
+        let transient = |e: &ServerError| e.class(true) == ErrorClass::Transient;
+        retry_async(self.policy, transient, log, tokio::time::sleep, call)
+            .await
+            .map_err(|failed| match failed.why {
+                GiveUp::Deadline if failed.retries > 0 => failed.error.noted(&format!(
+                    "gave up after {} tries in {:.1} s",
+                    failed.retries + 1,
+                    failed.elapsed.as_secs_f64()
+                )),
+                _ => failed.error,
+            })
     }
 }
 
