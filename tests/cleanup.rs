@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use chpart_core::{detached_part_name, AttemptId, LoadId, Manifest};
+use chpart_core::{detached_part_name, AttemptId, LoadId, Manifest, PublishIntent, RemotePath};
 use chpart_testenv::clickhouse::shared;
 
 use crate::build::{rows_select, write_rows, Setup};
@@ -173,11 +173,12 @@ fn gc_removes_every_leftover_of_finished_loads_and_nothing_of_open_ones() {
     assert!(copy.success());
     let late_staging = ch.data_dir.join("chpart-staging/gc-1/app-late.0");
     std::fs::create_dir_all(&late_staging).unwrap();
-    std::fs::write(
-        late_staging.join("publish-intent.json"),
-        serde_json::json!({"load": "gc-1", "attempt": "app-late.0", "detached": [late_dir.to_str().unwrap()]}).to_string(),
-    )
-    .unwrap();
+    let intent = PublishIntent {
+        load: load.clone(),
+        attempt: late_attempt.clone(),
+        detached: vec![RemotePath::new(late_dir.to_str().unwrap()).unwrap()],
+    };
+    std::fs::write(late_staging.join("publish-intent.json"), intent.to_json()).unwrap();
 
     // status names winners and losers and what gc will remove.
     let out = s.run(&["status", "--load", "gc-1", "--json"]);
@@ -273,6 +274,65 @@ fn gc_removes_every_leftover_of_finished_loads_and_nothing_of_open_ones() {
         "{report}"
     );
     assert!(s.detached("events").is_empty());
+}
+
+/// A publish intent that exists but does not parse stops gc with the file's path, and gc
+/// removes nothing of its attempt: the intent is the only record of which parts in detached/
+/// are the attempt's, so an unreadable one must never read as "none".
+#[test]
+fn gc_refuses_a_corrupt_publish_intent_and_keeps_its_attempt() {
+    let ch = shared();
+    let s = Setup::new(ch, "gc_corrupt_intent");
+    assert_eq!(
+        s.begin("corrupt-intent-1", &["--visibility", "part"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 500), "Parquet");
+    let won = build(&s, "corrupt-intent-1", "app-a.0", 0, &input);
+    let lost = build(&s, "corrupt-intent-1", "app-b.0", 0, &input);
+    let winners = s.dir.path().join("w.jsonl");
+    std::fs::write(&winners, won.to_json_line()).unwrap();
+    let out = s.run(&[
+        "commit",
+        "--load",
+        "corrupt-intent-1",
+        "--winners",
+        winners.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    let staging = ch.data_dir.join("chpart-staging/corrupt-intent-1/app-b.0");
+    let intent = staging.join("publish-intent.json");
+    let original = std::fs::read(&intent).unwrap();
+    std::fs::write(&intent, "garbage").unwrap();
+    let lost_parts: Vec<String> = lost.parts.iter().map(|p| p.name.to_string()).collect();
+
+    let out = s.run(&["gc"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains(intent.to_str().unwrap()),
+        "the error names the file: {}",
+        text(&out)
+    );
+    let detached = s.detached("events");
+    assert!(
+        lost_parts.iter().all(|p| detached.contains(p)),
+        "the attempt's parts stay in detached/: {detached:?}"
+    );
+    assert_eq!(
+        std::fs::read(&intent).unwrap(),
+        b"garbage",
+        "the attempt's staging stays where it was"
+    );
+
+    // Repaired, the intent lets gc finish.
+    std::fs::write(&intent, original).unwrap();
+    let out = s.run(&["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(s.detached("events").is_empty());
+    assert!(!staging.exists());
 }
 
 /// `chpart ledger prune` through the binary: a committed load that gc recorded done loses its

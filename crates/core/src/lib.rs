@@ -10,7 +10,7 @@
 //!
 //! - [`ids`]: validated identifiers (load, attempt, partition, database, table).
 //! - [`names`]: part directory names in `detached/`, and classifying what is found there.
-//! - [`staging`]: remote POSIX paths and the attempt-scoped staging layout.
+//! - [`staging`]: remote POSIX paths, the attempt-scoped staging layout and the publish intent.
 //! - [`destination`]: the disks a load publishes to, each with its data path and staging root.
 //! - [`fingerprint`]: a digest of a table's shape, to refuse parts built for another schema.
 //! - [`manifest`]: the versioned JSON an attempt writes last, and its validation.
@@ -62,7 +62,7 @@ pub use manifest::{
 pub use names::{detached_part_name, parse_detached_entry, DetachedEntry, PartName, PartNameError};
 pub use routing::{DistributedEngine, Routing, RoutingError, ShardWeight, ShardingKey};
 pub use staging::{
-    attaching_part_path, detached_dir, detached_part_path, AttemptStaging, PathError, RemotePath,
-    StagingLayout,
+    attaching_part_path, detached_dir, detached_part_path, AttemptStaging, IntentError, PathError,
+    PublishIntent, RemotePath, StagingLayout,
 };
 pub use version::{check_local_not_newer, VersionError};

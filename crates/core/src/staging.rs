@@ -28,7 +28,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{show, AttemptId, LoadId};
-use crate::names::PartName;
+use crate::names::{PartName, PartNameError};
 
 /// Why a string is not an acceptable path. `path` is the offending string, quoted and truncated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -270,6 +270,12 @@ pub struct AttemptStaging {
 }
 
 impl AttemptStaging {
+    /// The paths inside `dir`, an attempt directory found by listing a load's staging (such as
+    /// one gc renamed to take it away from its writer, which no load and attempt id name).
+    pub fn in_dir(dir: RemotePath) -> AttemptStaging {
+        AttemptStaging { dir }
+    }
+
     /// `<root>/<load>/<attempt>`: the attempt's directory.
     pub fn dir(&self) -> &RemotePath {
         &self.dir
@@ -298,6 +304,66 @@ impl AttemptStaging {
     /// `<attempt dir>/publish-intent.json`: lists the parts about to be renamed into `detached/`.
     pub fn publish_intent(&self) -> RemotePath {
         self.dir.child("publish-intent.json")
+    }
+}
+
+/// The contents of `publish-intent.json`: the parts an attempt is about to rename from one
+/// disk's staging into that disk's `detached/`. The writer stores it (atomically) before its
+/// first rename; gc drops a part in `detached/` only if an intent lists it, so an intent that
+/// exists but does not parse is an error, never an empty list (see [`PublishIntent::from_json`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishIntent {
+    /// The load the attempt belongs to.
+    pub load: LoadId,
+    /// The attempt that writes the intent.
+    pub attempt: AttemptId,
+    /// Where each part will be once published: `<data_path>/detached/<part name>`.
+    pub detached: Vec<RemotePath>,
+}
+
+/// Why the contents of a `publish-intent.json` are not a publish intent.
+#[derive(Debug, thiserror::Error)]
+pub enum IntentError {
+    /// Not JSON, or not the intent's schema (a field missing, an invalid id or path).
+    #[error("not a publish intent: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A listed path that does not end in a part name.
+    #[error("listed path {path} does not end in a part name: {source}")]
+    NotAPart {
+        /// The listed path.
+        path: RemotePath,
+        /// Why its last component is no part name.
+        source: PartNameError,
+    },
+}
+
+impl PublishIntent {
+    /// The intent as one line of JSON, as the writer stores it.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a publish intent serializes")
+    }
+
+    /// Parses a stored intent. Fields other than the schema's are ignored.
+    pub fn from_json(bytes: &[u8]) -> Result<PublishIntent, IntentError> {
+        let intent: PublishIntent = serde_json::from_slice(bytes)?;
+        intent.part_names()?;
+        Ok(intent)
+    }
+
+    /// The names of the listed parts, in order.
+    pub fn part_names(&self) -> Result<Vec<PartName>, IntentError> {
+        self.detached
+            .iter()
+            .map(|path| {
+                path.file_name()
+                    .unwrap_or_default()
+                    .parse()
+                    .map_err(|source| IntentError::NotAPart {
+                        path: path.clone(),
+                        source,
+                    })
+            })
+            .collect()
     }
 }
 
@@ -465,6 +531,81 @@ mod tests {
             assert_eq!(got.as_ref().map(|l| l.root().as_str()), expected, "{row}");
             if let Some(layout) = got {
                 assert_eq!(layout.attempt(&load, &attempt).dir().as_str(), dir, "{row}");
+            }
+        }
+    }
+
+    #[test]
+    fn publish_intent_round_trips() {
+        let load: LoadId = "load-1".parse().unwrap();
+        let attempt: AttemptId = "app-1.7".parse().unwrap();
+        let name = detached_part_name(&load, &attempt, &"202601".parse().unwrap(), 0);
+        let data = RemotePath::new("/var/lib/clickhouse/store/abc/abcdef").unwrap();
+        let intent = PublishIntent {
+            load,
+            attempt,
+            detached: vec![detached_part_path(&data, &name)],
+        };
+        let json = intent.to_json();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&json).unwrap(),
+            serde_json::json!({
+                "load": "load-1",
+                "attempt": "app-1.7",
+                "detached": [format!("{data}/detached/{name}")],
+            }),
+            "the stored schema"
+        );
+        let read = PublishIntent::from_json(json.as_bytes()).unwrap();
+        assert_eq!(read, intent);
+        assert_eq!(read.part_names().unwrap(), vec![name]);
+    }
+
+    #[test]
+    fn corrupt_publish_intent_table() {
+        let part = "/d/detached/202601_1_1_0";
+        let rows: Vec<(&str, String, Result<usize, &str>)> = vec![
+            (
+                "valid",
+                format!(r#"{{"load":"L","attempt":"A","detached":["{part}"]}}"#),
+                Ok(1),
+            ),
+            (
+                "unknown field ignored",
+                r#"{"load":"L","attempt":"A","detached":[],"x":1}"#.into(),
+                Ok(0),
+            ),
+            ("empty file", String::new(), Err("not a publish intent")),
+            ("garbage", "garbage".into(), Err("not a publish intent")),
+            (
+                "truncated",
+                format!(r#"{{"load":"L","attempt":"A","detached":["{part}"#),
+                Err("not a publish intent"),
+            ),
+            (
+                "no detached",
+                r#"{"load":"L","attempt":"A"}"#.into(),
+                Err("missing field `detached`"),
+            ),
+            (
+                "relative path",
+                r#"{"load":"L","attempt":"A","detached":["d/detached/x"]}"#.into(),
+                Err("not absolute"),
+            ),
+            (
+                "not a part name",
+                r#"{"load":"L","attempt":"A","detached":["/d/detached/x"]}"#.into(),
+                Err("listed path /d/detached/x does not end in a part name"),
+            ),
+        ];
+        for (row, json, expected) in rows {
+            let got = expect_row(
+                row,
+                PublishIntent::from_json(json.as_bytes()),
+                expected.map(|_| ()),
+            );
+            if let (Some(intent), Ok(parts)) = (got, expected) {
+                assert_eq!(intent.detached.len(), parts, "{row}");
             }
         }
     }

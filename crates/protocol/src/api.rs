@@ -3,6 +3,7 @@
 //! ([`crate::begin`], [`crate::commit`], [`crate::cleanup`]) or the cluster layer
 //! ([`crate::cluster`]) by what the ledger and the server say the table is.
 
+use chpart_core::retry::{retry_async, Retry};
 use chpart_core::{LoadId, StagingLayout};
 use chpart_remote::RemoteFs;
 use futures_util::future::BoxFuture;
@@ -74,34 +75,30 @@ pub async fn commit_load_retrying(
     req: CommitRequest,
     policy: chpart_core::retry::RetryPolicy,
 ) -> Result<CommitOutcome, CommitError> {
-    let started = std::time::Instant::now();
-    let mut backoff = policy.backoff(chpart_core::retry::clock_seed());
-    loop {
-        let error = match commit_load(reach, env, req.clone()).await {
-            Ok(outcome) => return Ok(outcome),
-            Err(e) if e.kind() == crate::FailureKind::Retryable => e,
-            Err(e) => return Err(e),
-        };
-        let Some(delay) = backoff.next_delay(started.elapsed()) else {
-            return Err(error);
-        };
+    let log = |retry: Retry<'_, CommitError>| {
+        let error = retry.error;
         tracing::warn!(
             "commit of load {}: resuming ({}) in {:.2} s after a retryable failure: {error}",
             req.load,
-            backoff.retries(),
-            delay.as_secs_f64()
+            retry.number,
+            retry.wait.as_secs_f64()
         );
         tracing::info!(
             target: chpart_core::events::TARGET,
             load = req.load.as_str(),
             step = "retry",
             outcome = chpart_core::events::RETRYING,
-            retry = backoff.retries(),
-            duration_ms = delay.as_secs_f64() * 1e3,
+            retry = retry.number,
+            duration_ms = retry.wait.as_secs_f64() * 1e3,
             error = format!("commit: {error}"),
         );
-        tokio::time::sleep(delay).await;
-    }
+    };
+    let retryable = |e: &CommitError| e.kind() == crate::FailureKind::Retryable;
+    retry_async(policy, retryable, log, tokio::time::sleep, || {
+        commit_load(reach, env, req.clone())
+    })
+    .await
+    .map_err(|failed| failed.error)
 }
 
 /// Aborts `load`: records it aborted (fencing every executor), then removes its parts from

@@ -29,8 +29,8 @@ use crate::ledger::{body_of, kind, Decision, Entry, GcCheckpoint, LoadSpec, Load
 use crate::observe::{reclaim, ClaimCheck};
 use crate::reach::Reach;
 use crate::staging::{
-    disks_of, read_intent, staged_attempts, staged_attempts_on_disks, Places, ScanError,
-    StagedAttempt, TAKEN_PREFIX,
+    disks_of, listed_attempt, read_intent, staged_attempts, staged_attempts_on_disks, Places,
+    ScanError, StagedAttempt, TAKEN_PREFIX,
 };
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError, LOADS_PER_STATEMENT};
 use crate::FailureKind;
@@ -85,14 +85,9 @@ pub enum CleanupError {
     /// The server failed.
     #[error(transparent)]
     Server(Box<ServerError>),
-    /// The load's spec names a data path that is no absolute path.
-    #[error("load {load}: publish table data path: {source}")]
-    BadSpec {
-        /// The load.
-        load: LoadId,
-        /// Why.
-        source: chpart_core::PathError,
-    },
+    /// Reading what the load left in staging failed.
+    #[error(transparent)]
+    Scan(#[from] ScanError),
     /// The filesystem failed.
     #[error("{op}: {source}")]
     Remote {
@@ -115,17 +110,9 @@ impl CleanupError {
         match self {
             CleanupError::Ledger(e) => e.kind(),
             CleanupError::Server(e) => crate::server_failure(e),
+            CleanupError::Scan(e) => e.kind(),
             CleanupError::Remote { source, .. } if source.is_transient() => FailureKind::Retryable,
             _ => FailureKind::Permanent,
-        }
-    }
-}
-
-impl From<ScanError> for CleanupError {
-    fn from(e: ScanError) -> Self {
-        match e {
-            ScanError::BadSpec { load, source } => CleanupError::BadSpec { load, source },
-            ScanError::Remote { op, source } => CleanupError::Remote { op, source },
         }
     }
 }
@@ -272,20 +259,20 @@ async fn clean_disk(
         // detached/ any more, and the publish intent inside lists every part that already went
         // (a writer writes its intent before its first rename).
         let taken = if attempt.attempt.starts_with(TAKEN_PREFIX) {
-            dir.clone() // an earlier gc took it and stopped before removing it
+            // An earlier gc took it and stopped before removing it.
+            listed_attempt(&load_dir, &attempt.attempt)?
         } else {
-            let taken = format!("{}/{TAKEN_PREFIX}{}", load_dir.as_str(), attempt.attempt);
-            match tokio::task::block_in_place(|| fs.rename_noreplace(&dir, &taken)) {
+            let taken = listed_attempt(&load_dir, &format!("{TAKEN_PREFIX}{}", attempt.attempt))?;
+            let to = taken.dir().as_str();
+            match tokio::task::block_in_place(|| fs.rename_noreplace(&dir, to)) {
                 Ok(()) => taken,
                 Err(RemoteError::NotFound { .. }) => continue, // removed meanwhile
-                Err(e) => return Err(remote(format!("rename {dir} to {taken}"))(e)),
+                Err(e) => return Err(remote(format!("rename {dir} to {to}"))(e)),
             }
         };
         if let Some(table) = parts_in {
             let taken_attempt = StagedAttempt {
-                parts: tokio::task::block_in_place(|| {
-                    read_intent(fs, &format!("{taken}/publish-intent.json"))
-                })?,
+                parts: tokio::task::block_in_place(|| read_intent(fs, &taken))?,
                 ..attempt.clone()
             };
             let dropped =
@@ -296,15 +283,17 @@ async fn clean_disk(
                 // (in the taken directory, which the next gc finishes) until they are gone.
                 kept_staging = true;
                 tracing::warn!(
-                    "load {}: attempt {}: {} part(s) are claimed by a running ATTACH (detached/attaching_*); kept {taken} for the next gc",
+                    "load {}: attempt {}: {} part(s) are claimed by a running ATTACH (detached/attaching_*); kept {} for the next gc",
                     spec.load,
                     attempt.attempt,
-                    dropped.held
+                    dropped.held,
+                    taken.dir()
                 );
                 continue;
             }
         }
-        tokio::task::block_in_place(|| fs.remove_all(&taken))
+        let taken = taken.dir();
+        tokio::task::block_in_place(|| fs.remove_all(taken.as_str()))
             .map_err(remote(format!("remove {taken}")))?;
         removed.push(Removal::Staging { path: dir });
     }
@@ -1012,11 +1001,10 @@ async fn sweep(
         };
         let entries = match listed {
             Ok(entries) => entries,
-            Err(CleanupError::Remote { source, .. })
-                if matches!(*source, RemoteError::NotFound { .. }) =>
-            {
-                continue
-            }
+            Err(
+                CleanupError::Remote { source, .. }
+                | CleanupError::Scan(ScanError::Remote { source, .. }),
+            ) if matches!(*source, RemoteError::NotFound { .. }) => continue,
             Err(e) => {
                 tracing::warn!(
                     "gc: staging root {root}{} not listed ({e}); a later gc lists it",

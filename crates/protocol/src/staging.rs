@@ -6,14 +6,18 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use chpart_core::{DiskPlace, LoadId, PartName, StagingLayout};
+use chpart_core::{
+    AttemptStaging, DiskPlace, IntentError, LoadId, PathError, PublishIntent, RemotePath,
+    StagingLayout,
+};
 use chpart_remote::{RemoteError, RemoteFs};
 use chpart_server::SharedServer;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::ledger::LoadSpec;
 use crate::reach::Reach;
 use crate::store::Ledger;
+use crate::FailureKind;
 
 /// Why a scan failed.
 #[derive(Debug, thiserror::Error)]
@@ -24,7 +28,24 @@ pub enum ScanError {
         /// The load.
         load: LoadId,
         /// Why.
-        source: chpart_core::PathError,
+        source: PathError,
+    },
+    /// An entry of a load's staging directory whose name is no single path component.
+    #[error("staging entry in {dir}: {source}")]
+    BadEntry {
+        /// The load's staging directory.
+        dir: RemotePath,
+        /// Why.
+        source: PathError,
+    },
+    /// A publish intent that exists but does not parse. It is the only record of which parts
+    /// in `detached/` are the attempt's, so nothing of the attempt is removed until it is fixed.
+    #[error("publish intent {path} is corrupt ({source}); nothing of its attempt is removed until it lists the attempt's parts again")]
+    BadIntent {
+        /// The intent's path.
+        path: RemotePath,
+        /// What is wrong with it.
+        source: Box<IntentError>,
     },
     /// The filesystem failed.
     #[error("{op}: {source}")]
@@ -34,6 +55,16 @@ pub enum ScanError {
         /// The error.
         source: Box<RemoteError>,
     },
+}
+
+impl ScanError {
+    /// What the failure means for the caller.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ScanError::Remote { source, .. } if source.is_transient() => FailureKind::Retryable,
+            _ => FailureKind::Permanent,
+        }
+    }
 }
 
 fn remote(op: impl Into<String>) -> impl FnOnce(RemoteError) -> ScanError {
@@ -53,11 +84,6 @@ pub struct StagedAttempt {
     pub has_manifest: bool,
     /// Part names its publish intent lists.
     pub parts: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct Intent {
-    detached: Vec<String>,
 }
 
 /// Prefix of an attempt's staging directory that gc has taken away from its writer.
@@ -80,31 +106,49 @@ pub fn staged_attempts(
     let mut entries = entries;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     for entry in entries {
-        let attempt_dir = format!("{}/{}", dir.as_str(), entry.name);
+        let attempt_dir = listed_attempt(&dir, &entry.name)?;
         out.push(StagedAttempt {
             has_manifest: fs
-                .stat(&format!("{attempt_dir}/manifest.json"))
+                .stat(attempt_dir.manifest().as_str())
                 .map_err(remote("stat manifest"))?
                 .is_some(),
-            parts: read_intent(fs, &format!("{attempt_dir}/publish-intent.json"))?,
+            parts: read_intent(fs, &attempt_dir)?,
             attempt: entry.name,
         });
     }
     Ok(out)
 }
 
-pub(crate) fn read_intent(fs: &dyn RemoteFs, path: &str) -> Result<Vec<String>, ScanError> {
-    match fs.read_file(path) {
-        Ok(bytes) => Ok(serde_json::from_slice::<Intent>(&bytes)
-            .map(|i| {
-                i.detached
-                    .iter()
-                    .filter_map(|p| p.rsplit('/').next())
-                    .filter(|n| n.parse::<PartName>().is_ok())
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()),
+/// The paths of the attempt directory `name` found by listing `load_dir` (which may be one
+/// gc took, see [`TAKEN_PREFIX`]).
+pub(crate) fn listed_attempt(
+    load_dir: &RemotePath,
+    name: &str,
+) -> Result<AttemptStaging, ScanError> {
+    load_dir
+        .join(name)
+        .map(AttemptStaging::in_dir)
+        .map_err(|source| ScanError::BadEntry {
+            dir: load_dir.clone(),
+            source,
+        })
+}
+
+/// The part names the attempt's publish intent lists: none if it wrote none (it published
+/// nothing), an error if the intent exists but does not parse.
+pub(crate) fn read_intent(
+    fs: &dyn RemoteFs,
+    attempt: &AttemptStaging,
+) -> Result<Vec<String>, ScanError> {
+    let path = attempt.publish_intent();
+    match fs.read_file(path.as_str()) {
+        Ok(bytes) => PublishIntent::from_json(&bytes)
+            .and_then(|intent| intent.part_names())
+            .map(|names| names.iter().map(ToString::to_string).collect())
+            .map_err(|source| ScanError::BadIntent {
+                path,
+                source: Box::new(source),
+            }),
         Err(RemoteError::NotFound { .. }) => Ok(Vec::new()),
         Err(e) => Err(remote(format!("read {path}"))(e)),
     }
@@ -219,5 +263,34 @@ impl<'a> Places<'a> {
         let staging = StagingLayout::new(self.reach.staging(host).single.as_str())
             .expect("a RemotePath is a valid staging root");
         Ok((self.reach.server(&of.url), FsOf::Host(fs), staging))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chpart_core::{AttemptId, LoadId};
+    use chpart_remote::LocalFs;
+
+    use super::*;
+
+    #[test]
+    fn read_intent_refuses_a_corrupt_intent_and_reads_a_missing_one_as_empty() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = StagingLayout::new(root.path().to_str().unwrap()).unwrap();
+        let (load, attempt): (LoadId, AttemptId) = ("L".parse().unwrap(), "A".parse().unwrap());
+        let staged = layout.attempt(&load, &attempt);
+        std::fs::create_dir_all(staged.dir().as_str()).unwrap();
+        let fs = LocalFs::new();
+        assert!(read_intent(&fs, &staged).unwrap().is_empty(), "no intent");
+
+        std::fs::write(staged.publish_intent().as_str(), "garbage").unwrap();
+        let err = read_intent(&fs, &staged).unwrap_err();
+        assert!(matches!(err, ScanError::BadIntent { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains(staged.publish_intent().as_str()),
+            "names the file: {err}"
+        );
+        let err = staged_attempts(&fs, &layout, &load).unwrap_err();
+        assert!(matches!(err, ScanError::BadIntent { .. }), "{err:?}");
     }
 }

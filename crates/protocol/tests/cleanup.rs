@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use chpart_core::{
-    detached_part_name, AttemptId, LoadId, PartitionId, StagingLayout, StagingRoots,
+    detached_part_name, AttemptId, LoadId, PartitionId, PublishIntent, RemotePath, StagingLayout,
+    StagingRoots,
 };
 use chpart_protocol::begin::{begin, BeginOutcome, BeginRequest};
 use chpart_protocol::cleanup::clean_finished_load;
@@ -157,12 +158,12 @@ fn late_writer_is_never_left_in_detached(moment: Moment) {
     let part_to = detached.join(name.to_string()).to_str().unwrap().to_owned();
     std::fs::create_dir_all(Path::new(&part_from).parent().unwrap()).unwrap();
     std::fs::rename(&made[0], &part_from).unwrap();
-    std::fs::write(
-        layout.publish_intent().as_str(),
-        serde_json::json!({"load": load.as_str(), "attempt": attempt.as_str(), "detached": [part_to]})
-            .to_string(),
-    )
-    .unwrap();
+    let intent = PublishIntent {
+        load: load.clone(),
+        attempt: attempt.clone(),
+        detached: vec![RemotePath::new(&part_to).unwrap()],
+    };
+    std::fs::write(layout.publish_intent().as_str(), intent.to_json()).unwrap();
 
     // The load finishes; the writer passed its fence before that.
     rt.block_on(ledger.append(&load, "abort", kind::LOAD_ABORTED, "{}"))

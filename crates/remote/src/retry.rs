@@ -11,10 +11,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use chpart_core::events;
-use chpart_core::retry::{clock_seed, RetryPolicy};
+use chpart_core::retry::{retry_blocking, GiveUp, Retry, RetryPolicy};
 
 use crate::{DirEntry, RemoteError, RemoteFs, Stat, UploadStats};
 
@@ -93,41 +92,34 @@ fn retry<T>(
     policy: RetryPolicy,
     what: &str,
     path: &str,
-    mut op: impl FnMut() -> Result<T, RemoteError>,
+    op: impl FnMut() -> Result<T, RemoteError>,
 ) -> Result<T, RemoteError> {
-    let started = Instant::now();
-    let mut backoff = policy.backoff(clock_seed());
-    loop {
-        let error = match op() {
-            Ok(value) => return Ok(value),
-            Err(e) if e.is_transient() => e,
-            Err(e) => return Err(e),
-        };
-        let Some(delay) = backoff.next_delay(started.elapsed()) else {
-            if backoff.retries() > 0 {
-                tracing::warn!(
-                    "{what} {path}: giving up after {} tries in {:.1} s",
-                    backoff.retries() + 1,
-                    started.elapsed().as_secs_f64()
-                );
-            }
-            return Err(error);
-        };
+    let log = |retry: Retry<'_, RemoteError>| {
+        let error = retry.error;
         tracing::warn!(
             "{what} {path}: retry {} in {:.2} s after a transient fault: {error}",
-            backoff.retries(),
-            delay.as_secs_f64()
+            retry.number,
+            retry.wait.as_secs_f64()
         );
         tracing::info!(
             target: events::TARGET,
             step = "retry",
             outcome = events::RETRYING,
-            retry = backoff.retries(),
-            duration_ms = delay.as_secs_f64() * 1e3,
+            retry = retry.number,
+            duration_ms = retry.wait.as_secs_f64() * 1e3,
             error = format!("{what} {path}: {error}"),
         );
-        std::thread::sleep(delay);
-    }
+    };
+    retry_blocking(policy, RemoteError::is_transient, log, op).map_err(|failed| {
+        if failed.why == GiveUp::Deadline && failed.retries > 0 {
+            tracing::warn!(
+                "{what} {path}: giving up after {} tries in {:.1} s",
+                failed.retries + 1,
+                failed.elapsed.as_secs_f64()
+            );
+        }
+        failed.error
+    })
 }
 
 impl RemoteFs for Reconnecting {

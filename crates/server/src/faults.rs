@@ -12,12 +12,10 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use async_trait::async_trait;
-
 use crate::{
-    AttachActivity, ClickHouseServer, ClusterReplica, ColumnInfo, DetachedPartInfo, DiskRow,
-    LedgerRow, PartCheck, ReplicaPorts, ServerError, SharedServer, StateRow, TableCheck, TableInfo,
-    TableToCheck, VolumeRow,
+    AttachActivity, ClusterReplica, ColumnInfo, DetachedPartInfo, DiskRow, LedgerRow, PartCheck,
+    ReplicaPorts, ServerError, SharedServer, StateRow, TableCheck, TableInfo, TableToCheck,
+    VolumeRow,
 };
 
 /// What happens to a call a [`Fault`] picks.
@@ -143,22 +141,27 @@ impl Faulty {
         effect
     }
 
-    async fn around<T>(
+    /// Records the call and applies the fault that fires on it, if any; `call` starts the call
+    /// (it is not started for a fault that refuses it).
+    async fn around<T, Fut>(
         &self,
         method: &'static str,
         detail: &str,
-        call: impl Future<Output = Result<T, ServerError>>,
-    ) -> Result<T, ServerError> {
+        call: impl FnOnce() -> Fut,
+    ) -> Result<T, ServerError>
+    where
+        Fut: Future<Output = Result<T, ServerError>>,
+    {
         let transport = |what: &str| ServerError::Transport {
             endpoint: self.inner.endpoint().to_owned(),
             detail: format!("injected fault: {what}"),
             statement: crate::short(&format!("{method} {detail}")),
         };
         match self.take(method, detail) {
-            None => call.await,
+            None => call().await,
             Some(Effect::Refuse) => Err(transport("connection refused")),
             Some(Effect::LoseAnswer) => {
-                let _ = call.await;
+                let _ = call().await;
                 Err(transport("answer lost"))
             }
             Some(Effect::Exception { code }) => Err(ServerError::Server {
@@ -170,244 +173,65 @@ impl Faulty {
             }),
             Some(Effect::Delay(delay)) => {
                 tokio::time::sleep(delay).await;
-                call.await
+                call().await
             }
         }
     }
 }
 
-#[async_trait]
-impl ClickHouseServer for Faulty {
-    fn endpoint(&self) -> &str {
-        self.inner.endpoint()
+// `Faulty` records each call under the trait method's name (`execute_idempotent` as
+// `"execute"`, since both send a statement) with the detail tests match faults on.
+forward_server! {
+    impl ClickHouseServer for Faulty;
+    by_hand {
+        fn endpoint(&self) -> &str {
+            self.inner.endpoint()
+        }
     }
-
-    async fn execute(&self, sql: &str) -> Result<(), ServerError> {
-        self.around("execute", sql, self.inner.execute(sql)).await
-    }
-
-    async fn execute_idempotent(&self, sql: &str) -> Result<(), ServerError> {
-        self.around("execute", sql, self.inner.execute_idempotent(sql))
-            .await
-    }
-
-    async fn ledger_entries(
-        &self,
-        sql: &str,
-        params: &[(&str, &str)],
-    ) -> Result<Vec<LedgerRow>, ServerError> {
-        let load = params.first().map(|(_, v)| *v).unwrap_or("");
-        self.around(
-            "ledger_entries",
-            load,
-            self.inner.ledger_entries(sql, params),
-        )
-        .await
-    }
-
-    async fn version(&self) -> Result<String, ServerError> {
-        self.around("version", "", self.inner.version()).await
-    }
-
-    async fn timezone(&self) -> Result<String, ServerError> {
-        self.around("timezone", "", self.inner.timezone()).await
-    }
-
-    async fn database_exists(&self, database: &str) -> Result<bool, ServerError> {
-        self.around(
-            "database_exists",
-            database,
-            self.inner.database_exists(database),
-        )
-        .await
-    }
-
-    async fn database_engine(&self, database: &str) -> Result<Option<String>, ServerError> {
-        self.around(
-            "database_engine",
-            database,
-            self.inner.database_engine(database),
-        )
-        .await
-    }
-
-    async fn table_names_by_uuid(
-        &self,
-        database: &str,
-        uuids: &[String],
-    ) -> Result<Vec<(String, String)>, ServerError> {
-        self.around(
-            "table_names_by_uuid",
-            database,
-            self.inner.table_names_by_uuid(database, uuids),
-        )
-        .await
-    }
-
-    async fn table_info(
-        &self,
-        database: &str,
-        table: &str,
-    ) -> Result<Option<TableInfo>, ServerError> {
-        let detail = format!("{database}.{table}");
-        self.around(
-            "table_info",
-            &detail,
-            self.inner.table_info(database, table),
-        )
-        .await
-    }
-
-    async fn cluster_replicas(&self, cluster: &str) -> Result<Vec<ClusterReplica>, ServerError> {
-        self.around(
-            "cluster_replicas",
-            cluster,
-            self.inner.cluster_replicas(cluster),
-        )
-        .await
-    }
-
-    async fn cluster_http_ports(&self, cluster: &str) -> Result<Vec<ReplicaPorts>, ServerError> {
-        self.around(
-            "cluster_http_ports",
-            cluster,
-            self.inner.cluster_http_ports(cluster),
-        )
-        .await
-    }
-
-    async fn type_of(
-        &self,
-        expression: &str,
-        database: &str,
-        table: &str,
-    ) -> Result<String, ServerError> {
-        self.around(
-            "type_of",
-            expression,
-            self.inner.type_of(expression, database, table),
-        )
-        .await
-    }
-
-    async fn disks(&self) -> Result<Vec<DiskRow>, ServerError> {
-        self.around("disks", "", self.inner.disks()).await
-    }
-
-    async fn policy_volumes(&self, policy: &str) -> Result<Vec<VolumeRow>, ServerError> {
-        self.around("policy_volumes", policy, self.inner.policy_volumes(policy))
-            .await
-    }
-
-    async fn materialized_views(
-        &self,
-        database: &str,
-        table: &str,
-    ) -> Result<Vec<String>, ServerError> {
-        let detail = format!("{database}.{table}");
-        self.around(
-            "materialized_views",
-            &detail,
-            self.inner.materialized_views(database, table),
-        )
-        .await
-    }
-
-    async fn columns(&self, database: &str, table: &str) -> Result<Vec<ColumnInfo>, ServerError> {
-        let detail = format!("{database}.{table}");
-        self.around("columns", &detail, self.inner.columns(database, table))
-            .await
-    }
-
-    async fn detached_parts(
-        &self,
-        database: &str,
-        table: &str,
-    ) -> Result<Vec<DetachedPartInfo>, ServerError> {
-        let detail = format!("{database}.{table}");
-        self.around(
-            "detached_parts",
-            &detail,
-            self.inner.detached_parts(database, table),
-        )
-        .await
-    }
-
-    async fn attach_part(
-        &self,
-        database: &str,
-        table: &str,
-        part: &str,
-    ) -> Result<(), ServerError> {
-        let detail = format!("{database}.{table} {part}");
-        self.around(
-            "attach_part",
-            &detail,
-            self.inner.attach_part(database, table, part),
-        )
-        .await
-    }
-
-    async fn check_parts(
-        &self,
-        database: &str,
-        table: &str,
-    ) -> Result<Vec<PartCheck>, ServerError> {
-        let detail = format!("{database}.{table}");
-        self.around(
-            "check_parts",
-            &detail,
-            self.inner.check_parts(database, table),
-        )
-        .await
-    }
-
-    async fn drop_detached_part(
-        &self,
-        database: &str,
-        table: &str,
-        part: &str,
-    ) -> Result<(), ServerError> {
-        let detail = format!("{database}.{table} {part}");
-        self.around(
-            "drop_detached_part",
-            &detail,
-            self.inner.drop_detached_part(database, table, part),
-        )
-        .await
-    }
-
-    async fn table_state(&self, database: &str, table: &str) -> Result<Vec<StateRow>, ServerError> {
-        let detail = format!("{database}.{table}");
-        self.around(
-            "table_state",
-            &detail,
-            self.inner.table_state(database, table),
-        )
-        .await
-    }
-
-    async fn attach_activity(&self, table: &str) -> Result<AttachActivity, ServerError> {
-        self.around("attach_activity", table, self.inner.attach_activity(table))
-            .await
-    }
-
-    async fn check_tables(
-        &self,
-        tables: &[TableToCheck<'_>],
-    ) -> Result<Vec<TableCheck>, ServerError> {
-        let detail = tables
-            .iter()
-            .map(|t| format!("{}.{}", t.database, t.table))
-            .collect::<Vec<_>>()
-            .join(" ");
-        self.around("check_tables", &detail, self.inner.check_tables(tables))
-            .await
-    }
-
-    async fn count(&self, database: &str, table: &str) -> Result<u64, ServerError> {
-        let detail = format!("{database}.{table}");
-        self.around("count", &detail, self.inner.count(database, table))
-            .await
+    forward via around {
+        fn execute(&self, sql: &str) -> () = "execute", sql;
+        fn execute_idempotent(&self, sql: &str) -> () = "execute", sql;
+        fn ledger_entries(&self, sql: &str, params: &[(&str, &str)]) -> Vec<LedgerRow>
+            = "ledger_entries", params.first().map(|(_, v)| *v).unwrap_or("");
+        fn version(&self) -> String = "version", "";
+        fn timezone(&self) -> String = "timezone", "";
+        fn database_exists(&self, database: &str) -> bool = "database_exists", database;
+        fn database_engine(&self, database: &str) -> Option<String>
+            = "database_engine", database;
+        fn table_names_by_uuid(&self, database: &str, uuids: &[String]) -> Vec<(String, String)>
+            = "table_names_by_uuid", database;
+        fn table_info(&self, database: &str, table: &str) -> Option<TableInfo>
+            = "table_info", &format!("{database}.{table}");
+        fn cluster_replicas(&self, cluster: &str) -> Vec<ClusterReplica>
+            = "cluster_replicas", cluster;
+        fn cluster_http_ports(&self, cluster: &str) -> Vec<ReplicaPorts>
+            = "cluster_http_ports", cluster;
+        fn type_of(&self, expression: &str, database: &str, table: &str) -> String
+            = "type_of", expression;
+        fn disks(&self) -> Vec<DiskRow> = "disks", "";
+        fn policy_volumes(&self, policy: &str) -> Vec<VolumeRow> = "policy_volumes", policy;
+        fn materialized_views(&self, database: &str, table: &str) -> Vec<String>
+            = "materialized_views", &format!("{database}.{table}");
+        fn columns(&self, database: &str, table: &str) -> Vec<ColumnInfo>
+            = "columns", &format!("{database}.{table}");
+        fn detached_parts(&self, database: &str, table: &str) -> Vec<DetachedPartInfo>
+            = "detached_parts", &format!("{database}.{table}");
+        fn attach_part(&self, database: &str, table: &str, part: &str) -> ()
+            = "attach_part", &format!("{database}.{table} {part}");
+        fn check_parts(&self, database: &str, table: &str) -> Vec<PartCheck>
+            = "check_parts", &format!("{database}.{table}");
+        fn drop_detached_part(&self, database: &str, table: &str, part: &str) -> ()
+            = "drop_detached_part", &format!("{database}.{table} {part}");
+        fn table_state(&self, database: &str, table: &str) -> Vec<StateRow>
+            = "table_state", &format!("{database}.{table}");
+        fn attach_activity(&self, table: &str) -> AttachActivity = "attach_activity", table;
+        fn check_tables(&self, tables: &[TableToCheck<'_>]) -> Vec<TableCheck>
+            = "check_tables", &tables
+                .iter()
+                .map(|t| format!("{}.{}", t.database, t.table))
+                .collect::<Vec<_>>()
+                .join(" ");
+        fn count(&self, database: &str, table: &str) -> u64
+            = "count", &format!("{database}.{table}");
     }
 }

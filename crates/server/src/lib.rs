@@ -13,6 +13,8 @@
 #![warn(missing_docs)]
 
 mod error;
+#[macro_use]
+mod forward;
 #[cfg(feature = "test-support")]
 pub mod faults;
 pub mod resolve;

@@ -32,7 +32,7 @@ use chpart_build::{
 use chpart_core::manifest::{FileEntry, Manifest, OtherDisk, PartEntry, Phases, Target};
 use chpart_core::{
     detached_part_name, Attempt, AttemptId, AttemptStaging, Destination, DiskPlace, LoadId,
-    PartName, RemotePath, StagingLayout,
+    PartName, PublishIntent, RemotePath, StagingLayout,
 };
 use chpart_input::{
     ArrowStreamPump, ChType, ChunkSink, InputError, InputPlan, ParquetInput, StreamStats,

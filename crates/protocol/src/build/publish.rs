@@ -110,13 +110,6 @@ pub(super) struct DiskStaging {
     pub(super) claimed: bool,
 }
 
-#[derive(Serialize)]
-pub(super) struct PublishIntent<'a> {
-    pub(super) load: &'a LoadId,
-    pub(super) attempt: &'a str,
-    pub(super) detached: Vec<String>,
-}
-
 impl<'a> Publisher<'a> {
     /// Claims the home disk's `<staging>/<load>/<attempt>/` by creating it exclusively, and
     /// its `parts/`.
@@ -211,21 +204,16 @@ impl<'a> Publisher<'a> {
         // detached/, before the first of them does: gc finds them there.
         for (slot, data_path, parts) in &per_disk {
             let intent = PublishIntent {
-                load: &manifest.load,
-                attempt: manifest.attempt.id.as_str(),
+                load: manifest.load.clone(),
+                attempt: manifest.attempt.id.clone(),
                 detached: parts
                     .iter()
-                    .map(|p| chpart_core::detached_part_path(data_path, &p.name).to_string())
+                    .map(|p| chpart_core::detached_part_path(data_path, &p.name))
                     .collect(),
             };
             let intent_path = slot.staging.publish_intent();
-            fs.write_file_atomic(
-                intent_path.as_str(),
-                serde_json::to_string(&intent)
-                    .expect("serializes")
-                    .as_bytes(),
-            )
-            .map_err(remote(format!("write {intent_path}")))?;
+            fs.write_file_atomic(intent_path.as_str(), intent.to_json().as_bytes())
+                .map_err(remote(format!("write {intent_path}")))?;
         }
 
         // Fence: nothing enters detached/ once the load (or its cluster load) is finished.
