@@ -2,13 +2,17 @@
 //! which a driver made only of those decisions is killed at every step, or raced against a
 //! second one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
+use serde_json::Value;
 
 use super::*;
-use crate::manifest::{count_txt_entry, FileEntry, OtherDisk, PartEntry, Target};
-use crate::names::detached_part_name;
+use crate::destination::DiskPlace;
+use crate::fingerprint::TableFingerprint;
+use crate::ids::{AttemptId, LoadId, PartitionId};
+use crate::manifest::{count_txt_entry, FileEntry, Manifest, OtherDisk, PartEntry, Target};
+use crate::names::{detached_part_name, PartName};
 use crate::testutil::expect_row;
 use crate::Attempt;
 
