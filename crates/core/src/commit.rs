@@ -80,9 +80,10 @@ mod winners;
 #[cfg(test)]
 mod tests;
 
-pub use entries::{
-    commit_phase, CommitEntry, CommitPhase, CommitProgress, EntryIdError, ATTACHED_PREFIX,
-    ATTACH_INTENT_PREFIX, COMMIT_ENTRY, EXCHANGED_ENTRY, PLAN_ENTRY, PUBLISHED_PREFIX,
+pub use entries::{commit_phase, entry, CommitEntry, CommitPhase, CommitProgress, EntryIdError};
+// Where these ids were before `entry` held them all.
+pub use entry::{
+    ATTACHED_PREFIX, ATTACH_INTENT_PREFIX, PLAN as PLAN_ENTRY, PUBLISHED_PREFIX,
     PUBLISH_INTENT_PREFIX,
 };
 pub use exchange::{decide_exchange, ExchangeFacts, ExchangeStep, TableAt};

@@ -10,20 +10,38 @@ use super::settings::{Mode, Visibility};
 use crate::ids::{escape, PartitionId};
 use crate::names::PartName;
 
-/// Entry id of the plan (body: [`CommitPlan::to_json`]).
-pub const PLAN_ENTRY: &str = "plan";
-/// Entry id recording that the load is committed.
-pub const COMMIT_ENTRY: &str = "commit";
-/// Prefix of an attach intent's id, written before ATTACH PART.
-pub const ATTACH_INTENT_PREFIX: &str = "attach:";
-/// Prefix of an attach outcome's id.
-pub const ATTACHED_PREFIX: &str = "attached:";
-/// Prefix of a publish intent's id, written before MOVE or REPLACE PARTITION.
-pub const PUBLISH_INTENT_PREFIX: &str = "publish:";
-/// Prefix of a publish outcome's id.
-pub const PUBLISHED_PREFIX: &str = "published:";
-/// Entry id recording that the shadow was swapped in for the target (overwrite mode).
-pub const EXCHANGED_ENTRY: &str = "exchanged";
+/// The ledger's vocabulary of entry ids: every fact a load records has one id, and replay keeps
+/// the first entry of each. The ids commit writes (`plan`, `attach:<part>`, ...) are parsed by
+/// [`CommitEntry`]; `chpart_protocol::ledger` re-exports this module as `ledger::entry`, so
+/// every writer of the ledger names its ids from here.
+pub mod entry {
+    /// `begin` opened the load (kind `load_opened`), written once per load.
+    pub const OPEN: &str = "open";
+    /// The load's outcome (kind `decided`), written once per load.
+    pub const DECISION: &str = "decision";
+    /// `abort` ended the load (kind `load_aborted`).
+    pub const ABORT: &str = "abort";
+    /// `abort --force` ended a load a commit had claimed (kind `load_abandoned`).
+    pub const ABANDON: &str = "abandon";
+    /// The plan of a cluster load (kind `cluster_planned`), written once per load.
+    pub const CLUSTER_PLAN: &str = "cluster-plan";
+    /// gc finished the load (kind `gc_done`).
+    pub const GC_DONE: &str = "gc-done";
+    /// The plan (body: [`CommitPlan::to_json`](super::CommitPlan::to_json)).
+    pub const PLAN: &str = "plan";
+    /// The load is committed.
+    pub const COMMIT: &str = "commit";
+    /// The shadow was swapped in for the target (overwrite mode).
+    pub const EXCHANGED: &str = "exchanged";
+    /// Prefix of an attach intent's id, written before ATTACH PART.
+    pub const ATTACH_INTENT_PREFIX: &str = "attach:";
+    /// Prefix of an attach outcome's id.
+    pub const ATTACHED_PREFIX: &str = "attached:";
+    /// Prefix of a publish intent's id, written before MOVE or REPLACE PARTITION.
+    pub const PUBLISH_INTENT_PREFIX: &str = "publish:";
+    /// Prefix of a publish outcome's id.
+    pub const PUBLISHED_PREFIX: &str = "published:";
+}
 
 /// A ledger entry commit writes, by what its id says.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -76,17 +94,17 @@ impl CommitEntry {
                 .map_err(|e| err(format!("no partition id: {e}")))
         };
         Ok(Some(match id {
-            PLAN_ENTRY => CommitEntry::Plan,
-            COMMIT_ENTRY => CommitEntry::Commit,
-            EXCHANGED_ENTRY => CommitEntry::Exchanged,
+            entry::PLAN => CommitEntry::Plan,
+            entry::COMMIT => CommitEntry::Commit,
+            entry::EXCHANGED => CommitEntry::Exchanged,
             _ => {
-                if let Some(rest) = id.strip_prefix(ATTACH_INTENT_PREFIX) {
+                if let Some(rest) = id.strip_prefix(entry::ATTACH_INTENT_PREFIX) {
                     CommitEntry::AttachIntent(part(rest)?)
-                } else if let Some(rest) = id.strip_prefix(ATTACHED_PREFIX) {
+                } else if let Some(rest) = id.strip_prefix(entry::ATTACHED_PREFIX) {
                     CommitEntry::Attached(part(rest)?)
-                } else if let Some(rest) = id.strip_prefix(PUBLISH_INTENT_PREFIX) {
+                } else if let Some(rest) = id.strip_prefix(entry::PUBLISH_INTENT_PREFIX) {
                     CommitEntry::PublishIntent(partition(rest)?)
-                } else if let Some(rest) = id.strip_prefix(PUBLISHED_PREFIX) {
+                } else if let Some(rest) = id.strip_prefix(entry::PUBLISHED_PREFIX) {
                     CommitEntry::Published(partition(rest)?)
                 } else {
                     return Ok(None);
@@ -99,13 +117,13 @@ impl CommitEntry {
 impl fmt::Display for CommitEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CommitEntry::Plan => f.write_str(PLAN_ENTRY),
-            CommitEntry::Commit => f.write_str(COMMIT_ENTRY),
-            CommitEntry::Exchanged => f.write_str(EXCHANGED_ENTRY),
-            CommitEntry::AttachIntent(p) => write!(f, "{ATTACH_INTENT_PREFIX}{p}"),
-            CommitEntry::Attached(p) => write!(f, "{ATTACHED_PREFIX}{p}"),
-            CommitEntry::PublishIntent(p) => write!(f, "{PUBLISH_INTENT_PREFIX}{p}"),
-            CommitEntry::Published(p) => write!(f, "{PUBLISHED_PREFIX}{p}"),
+            CommitEntry::Plan => f.write_str(entry::PLAN),
+            CommitEntry::Commit => f.write_str(entry::COMMIT),
+            CommitEntry::Exchanged => f.write_str(entry::EXCHANGED),
+            CommitEntry::AttachIntent(p) => write!(f, "{}{p}", entry::ATTACH_INTENT_PREFIX),
+            CommitEntry::Attached(p) => write!(f, "{}{p}", entry::ATTACHED_PREFIX),
+            CommitEntry::PublishIntent(p) => write!(f, "{}{p}", entry::PUBLISH_INTENT_PREFIX),
+            CommitEntry::Published(p) => write!(f, "{}{p}", entry::PUBLISHED_PREFIX),
         }
     }
 }

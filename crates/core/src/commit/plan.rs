@@ -45,7 +45,7 @@ pub struct PlannedPartition {
     pub parts: u32,
 }
 
-/// What a commit attaches and publishes, recorded in the ledger (entry [`PLAN_ENTRY`](super::PLAN_ENTRY)) before
+/// What a commit attaches and publishes, recorded in the ledger (entry [`entry::PLAN`](super::entry::PLAN)) before
 /// anything is attached. Build it with [`CommitPlan::from_winners`]; read a recorded one with
 /// [`CommitPlan::from_json`], which checks that it is consistent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
