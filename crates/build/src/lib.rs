@@ -10,6 +10,8 @@
 //!
 //! - [`runner`]: runs clickhouse-local with bounded stderr, a timeout, and no orphaned or
 //!   zombie children.
+//! - [`local`]: one attempt's build: input checked (and an Arrow stream spooled), sessions run,
+//!   the engine and the built rows checked.
 //! - [`ddl`]: adapts the target's `create_table_query` for clickhouse-local.
 //! - [`parts`]: the build session's SQL, the checks each built part must pass, and file digests.
 //! - [`workdir`]: the scratch directory of one build, unique per process and attempt.
@@ -17,12 +19,14 @@
 #![deny(missing_docs)]
 
 pub mod ddl;
+pub mod local;
 pub mod parts;
 pub mod runner;
 mod sql;
 pub mod workdir;
 
 pub use ddl::{local_table_ddl, DdlError};
+pub use local::{Built, Input, LocalBuild, LocalError};
 pub use parts::{
     build_query, build_query_routed, digest_part, inspect_parts, local_args, rewrite_query,
     sha256_of, split_listings, ttl_due, BuildSession, BuiltPart, DigestError, FileSource,

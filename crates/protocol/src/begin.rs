@@ -16,13 +16,10 @@ use chpart_core::commit::OpenReplaceLoad;
 
 #[cfg(test)]
 use crate::ledger::STDIN_DIGEST;
-use crate::ledger::{kind, LoadInputs, LoadSpec, LoadState, Mode, Visibility};
+use crate::ledger::{entry, kind, LoadInputs, LoadSpec, LoadState, Mode, Visibility};
 use crate::shards::ShardOf;
 use crate::snapshot::TableSnapshot;
 use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
-
-/// Entry id of the load-opened fact.
-pub use crate::ledger::entry::OPEN as OPEN_ENTRY;
 
 /// What the driver asks for.
 #[derive(Debug, Clone)]
@@ -351,7 +348,7 @@ pub(crate) async fn open_load(
 ) -> Result<BeginOutcome, BeginError> {
     let body = serde_json::to_string(&spec).expect("a LoadSpec serializes");
     ledger
-        .append_once(&req.load, OPEN_ENTRY, kind::LOAD_OPENED, &body)
+        .append_once(&req.load, entry::OPEN, kind::LOAD_OPENED, &body)
         .await?;
     let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
     match view.spec {

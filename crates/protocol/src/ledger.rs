@@ -204,31 +204,11 @@ pub mod kind {
     pub const GC_CHECKPOINT: &str = "gc_checkpoint";
 }
 
-/// The ledger's vocabulary of entry ids: every fact a load records has one id, and replay keeps
-/// the first entry of each. The ids commit writes (`plan`, `attach:<part>`, ...) are parsed by
-/// `chpart_core::commit::CommitEntry`, which is pure, and re-exported here so that this module
-/// names them all.
-pub mod entry {
-    pub use chpart_core::commit::{
-        ATTACHED_PREFIX, ATTACH_INTENT_PREFIX, COMMIT_ENTRY as COMMIT, PLAN_ENTRY as PLAN,
-        PUBLISHED_PREFIX, PUBLISH_INTENT_PREFIX,
-    };
-    /// `begin` opened the load (kind `load_opened`), written once per load.
-    pub const OPEN: &str = "open";
-    /// The load's outcome (kind `decided`), written once per load.
-    pub const DECISION: &str = "decision";
-    /// `abort` ended the load (kind `load_aborted`).
-    pub const ABORT: &str = "abort";
-    /// `abort --force` ended a load a commit had claimed (kind `load_abandoned`).
-    pub const ABANDON: &str = "abandon";
-    /// The plan of a cluster load (kind `cluster_planned`), written once per load.
-    pub const CLUSTER_PLAN: &str = "cluster-plan";
-    /// gc finished the load (kind `gc_done`).
-    pub const GC_DONE: &str = "gc-done";
-}
+/// The ledger's vocabulary of entry ids, defined with the commit's own in `chpart_core`.
+pub use chpart_core::commit::entry;
 
 /// Entry id of the decision.
-pub const DECISION_ENTRY: &str = entry::DECISION;
+pub use entry::DECISION as DECISION_ENTRY;
 
 /// Entry kinds written by steps beyond `begin` (commit plans and outcomes); replay keeps them
 /// for those steps instead of refusing them as unknown.

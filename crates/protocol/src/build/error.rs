@@ -107,6 +107,38 @@ pub enum BuildError {
     Ledger(#[from] LedgerStoreError),
 }
 
+impl From<LocalError> for BuildError {
+    /// The same failure, under the same message.
+    fn from(e: LocalError) -> Self {
+        match e {
+            LocalError::Input(e) => BuildError::Input(e),
+            LocalError::Run(e) => BuildError::Run(e),
+            LocalError::Build(message) => BuildError::Build(message),
+            LocalError::RowMismatch {
+                source_rows,
+                part_rows,
+                engine,
+                stage,
+            } => BuildError::RowMismatch {
+                source_rows,
+                part_rows,
+                engine,
+                stage,
+            },
+            LocalError::Version(e) => BuildError::Version(e),
+            LocalError::TimeZone {
+                program,
+                expected,
+                actual,
+            } => BuildError::TimeZone {
+                program,
+                expected,
+                actual,
+            },
+        }
+    }
+}
+
 impl BuildError {
     /// What the failure means for the caller.
     pub fn kind(&self) -> FailureKind {

@@ -18,26 +18,19 @@
 //! writer that passes the second check just before a commit only leaves parts no manifest
 //! names, which commit never attaches and gc removes.
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use chpart_build::{
-    digest_part, inspect_parts, local_args, local_table_ddl, rewrite_query, runner::IDENTITY_QUERY,
-    split_listings, ttl_due, BuildSession, BuiltPart, FileSource, LocalCommand, LocalIdentity,
-    Rewrite, RunError, WorkDir,
-};
+use chpart_build::local::{rows_of, Built, LocalBuild, LocalError, LOCAL_TABLE};
+use chpart_build::{digest_part, BuiltPart, LocalCommand, LocalIdentity, RunError, WorkDir};
 use chpart_core::manifest::{FileEntry, Manifest, OtherDisk, PartEntry, Phases, Target};
 use chpart_core::{
     detached_part_name, Attempt, AttemptId, AttemptStaging, Destination, DiskPlace, LoadId,
     PartName, PublishIntent, RemotePath, StagingLayout,
 };
-use chpart_input::{
-    ArrowStreamPump, ChType, ChunkSink, InputError, InputPlan, ParquetInput, StreamStats,
-    TargetColumn,
-};
+use chpart_input::{ChType, InputError, TargetColumn};
 use chpart_remote::{RemoteError, RemoteFs};
 use serde::Serialize;
 
@@ -53,15 +46,12 @@ mod error;
 mod local;
 mod publish;
 
+pub use chpart_build::local::Input;
 use cluster::*;
 pub use error::BuildError;
 use error::*;
 use local::*;
 use publish::*;
-
-/// Database and table of the build inside clickhouse-local (private to the work dir).
-const LOCAL_DATABASE: &str = "chpart_build";
-const LOCAL_TABLE: &str = "t";
 
 /// Where a load's spec and state come from (the ledger, in production).
 pub trait LoadDirectory: Sync {
@@ -71,15 +61,6 @@ pub trait LoadDirectory: Sync {
     /// Notes that `attempt` was fenced off `load` (best effort, for the load's timeline: a
     /// failure is only logged).
     fn record_fenced(&self, _load: &LoadId, _attempt: &Attempt, _started_at_unix_ms: u64) {}
-}
-
-/// The rows of this attempt.
-pub enum Input {
-    /// Parquet files, read by clickhouse-local itself (no spool, no re-encoding).
-    Parquet(Vec<PathBuf>),
-    /// An Arrow IPC stream (e.g. stdin), checked batch by batch into spool files of the work
-    /// dir (bounded chunks: [`BuildEnv::spool_chunk_bytes`]), which clickhouse-local reads.
-    ArrowStream(Box<dyn Read + Send>),
 }
 
 /// One `build` invocation.
