@@ -613,7 +613,8 @@ fn emptied_partitions_table() {
     );
     // Recorded: it reads back; edits that do not add up are refused.
     assert_eq!(CommitPlan::from_json(&shard.to_json()).unwrap(), shard);
-    let rows: Vec<(&str, fn(&mut Value), Result<(), &str>)> = vec![
+    type Edit = fn(&mut Value);
+    let rows: Vec<(&str, Edit, Result<(), &str>)> = vec![
         ("as recorded", |_| {}, Ok(())),
         (
             "in append mode",
