@@ -465,6 +465,8 @@ impl Planned {
             disks: destination.disks.clone(),
             host: spec.host.clone(),
         };
+        // The recorded plan, read once: it may hold thousands of parts.
+        let recorded = recorded_plan(&view)?;
         let winners = match &req.winners {
             Some(lines) => validate_winners(
                 &load,
@@ -477,9 +479,9 @@ impl Planned {
             // load, its tables and this config's staging) but need not cover every partition:
             // the first commit checked that, and they are the plan whatever is asked now.
             None => {
-                let recorded = recorded_plan(&view)?
-                    .ok_or_else(|| CommitError::NoPlan { load: load.clone() })?;
                 let lines = recorded
+                    .as_ref()
+                    .ok_or_else(|| CommitError::NoPlan { load: load.clone() })?
                     .winner_lines()
                     .ok_or_else(|| CommitError::PlanWithoutManifests { load: load.clone() })?;
                 validate_winners(&load, &expected, &lines, None, true)
@@ -498,8 +500,8 @@ impl Planned {
                 })
             }
             None => {
-                if let Some(recorded) = recorded_plan(&view)? {
-                    new_plan.emptied = recorded.emptied;
+                if let Some(recorded) = &recorded {
+                    new_plan.emptied = recorded.emptied.clone();
                 }
             }
         }
@@ -511,7 +513,7 @@ impl Planned {
         // it) or swapped it in; the swap finds it by UUID and stops if it is gone.
         let swapping = spec.mode == Mode::Overwrite
             && matches!(
-                commit_phase(recorded_plan(&view)?.as_ref(), &progress.known),
+                commit_phase(recorded.as_ref(), &progress.known),
                 CommitPhase::ExchangeTable | CommitPhase::MarkCommitted
             );
         let mut tables = Vec::new();
@@ -536,7 +538,7 @@ impl Planned {
         // One plan per load: the server keeps the first plan written and a commit goes on only
         // if that is its own. A new plan is written by the commit's first ledger INSERT
         // (`Planned::record_plan`), before anything of the load is attached.
-        let (plan, plan_recorded) = match recorded_plan(&view)? {
+        let (plan, plan_recorded) = match recorded {
             Some(recorded) => {
                 plan_matches(&recorded, &new_plan).map_err(|c| CommitError::PlanConflict {
                     load: load.clone(),
