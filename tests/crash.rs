@@ -82,6 +82,19 @@ impl Pace {
     }
 }
 
+/// The number in environment variable `name` (a run's size or seed), else `default()`.
+pub(crate) fn env_u64(name: &str, default: impl FnOnce() -> u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .map(|s| s.parse().unwrap_or_else(|_| panic!("{name} is a number")))
+        .unwrap_or_else(default)
+}
+
+/// Schedule `i`'s seed in a run of seed `base`: printed with a failure, so one schedule replays.
+pub(crate) fn schedule_seed(base: u64, i: u64) -> u64 {
+    base.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
 /// What one run of the harness saw.
 #[derive(Default)]
 struct Tally {
@@ -361,14 +374,8 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
 
 #[test]
 fn random_kill_schedules_load_every_row_exactly_once_and_leave_nothing() {
-    let schedules: u64 = std::env::var("CRASH_SCHEDULES")
-        .ok()
-        .map(|s| s.parse().expect("CRASH_SCHEDULES is a number"))
-        .unwrap_or(50);
-    let base: u64 = std::env::var("CRASH_SEED")
-        .ok()
-        .map(|s| s.parse().expect("CRASH_SEED is a number"))
-        .unwrap_or_else(chpart_core::retry::clock_seed);
+    let schedules: u64 = env_u64("CRASH_SCHEDULES", || 50);
+    let base: u64 = env_u64("CRASH_SEED", chpart_core::retry::clock_seed);
     eprintln!("crash harness: {schedules} schedule(s), CRASH_SEED={base}");
     let ports = (chpart_testenv::free_port(), chpart_testenv::free_port());
     let ch = ClickHouse::start_with(ServerOptions {
@@ -397,7 +404,7 @@ fn random_kill_schedules_load_every_row_exactly_once_and_leave_nothing() {
     let mut tally = Tally::default();
     let started = Instant::now();
     for i in 0..schedules {
-        let seed = base.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let seed = schedule_seed(base, i);
         tally.schedules += 1;
         if let Err(e) = schedule(&mut h, i, seed, &mut tally) {
             eprintln!("schedule {i} (seed {seed}) FAILED: {e}");

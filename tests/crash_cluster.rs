@@ -20,7 +20,7 @@ use chpart_testenv::cluster::Cluster;
 
 use crate::build::{write_rows, COLUMNS};
 use crate::cli::{chpart, text};
-use crate::crash::{kill_after, last_step, Pace, Rng};
+use crate::crash::{env_u64, kill_after, last_step, schedule_seed, Pace, Rng};
 
 const SPARK_PARTITIONS: u64 = 2;
 const KEY: &str = "intHash64(id)";
@@ -337,42 +337,15 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
 
 #[test]
 fn random_kill_schedules_across_shards_load_every_shard_exactly_once() {
-    let schedules: u64 = std::env::var("CRASH_CLUSTER_SCHEDULES")
-        .ok()
-        .map(|s| s.parse().expect("CRASH_CLUSTER_SCHEDULES is a number"))
-        .unwrap_or(12);
-    let base: u64 = std::env::var("CRASH_SEED")
-        .ok()
-        .map(|s| s.parse().expect("CRASH_SEED is a number"))
-        .unwrap_or_else(chpart_core::retry::clock_seed);
+    let schedules: u64 = env_u64("CRASH_CLUSTER_SCHEDULES", || 12);
+    let base: u64 = env_u64("CRASH_SEED", chpart_core::retry::clock_seed);
     eprintln!("cluster crash harness: {schedules} schedule(s), CRASH_SEED={base}");
     let cluster = Cluster::start("crash_cluster", &[1, 2, 3]);
     for node in &cluster.nodes {
         node.server.q("CREATE DATABASE db");
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("chpart.toml");
-    let entry = &cluster.nodes[0].server;
-    let mut text = format!(
-        "[clickhouse]\nurl = \"{url}\"\nrequest_timeout_secs = 60\n\
-         [transport]\nkind = \"local\"\n\
-         [clickhouse_local]\ncommand = \"{local}\"\nwork_dir = \"{work}\"\n\
-         [staging]\nroot = \"{staging}\"\n\
-         [ledger]\ndatabase = \"chpart_ledger\"\n\
-         [retry]\ndeadline_secs = 20\n",
-        url = entry.url(),
-        local = chpart_testenv::clickhouse_local().display(),
-        work = dir.path().join("work").display(),
-        staging = entry.data_dir.join("chpart-staging").display(),
-    );
-    for node in &cluster.nodes {
-        text.push_str(&format!(
-            "[[hosts]]\nname = \"{}\"\nstaging_root = \"{}\"\n",
-            node.address,
-            node.data_dir().join("chpart-staging").display()
-        ));
-    }
-    std::fs::write(&config, text).unwrap();
+    let config = crate::distributed::cluster_config(&cluster, dir.path(), 20, None);
     let mut h = Harness {
         cluster,
         dir,
@@ -381,7 +354,7 @@ fn random_kill_schedules_across_shards_load_every_shard_exactly_once() {
     let mut tally = Tally::default();
     let started = Instant::now();
     for i in 0..schedules {
-        let seed = base.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let seed = schedule_seed(base, i);
         tally.schedules += 1;
         if let Err(e) = schedule(&mut h, i, seed, &mut tally) {
             eprintln!("schedule {i} (seed {seed}) FAILED: {e}");

@@ -96,28 +96,7 @@ impl ClusterSetup {
             "CREATE TABLE db.twin AS db.twin_local ENGINE = Distributed({name}, db, twin_local, {key})"
         ));
         let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("chpart.toml");
-        let mut text = format!(
-            "[clickhouse]\nurl = \"{url}\"\nrequest_timeout_secs = 60\n\
-             [transport]\nkind = \"local\"\n\
-             [clickhouse_local]\ncommand = \"{local}\"\nwork_dir = \"{work}\"\n\
-             [staging]\nroot = \"{staging}\"\n\
-             [ledger]\ndatabase = \"chpart_ledger\"\n\
-             [retry]\ndeadline_secs = 3\n",
-            url = entry.url(),
-            local = chpart_testenv::clickhouse_local().display(),
-            work = dir.path().join("work").display(),
-            staging = entry.data_dir.join("chpart-staging").display(),
-        );
-        // Each host stages next to its own data (on a real cluster: its own filesystem).
-        for node in &cluster.nodes {
-            text.push_str(&format!(
-                "[[hosts]]\nname = \"{}\"\nstaging_root = \"{}\"\n",
-                node.address,
-                node.data_dir().join("chpart-staging").display()
-            ));
-        }
-        std::fs::write(&config, text).unwrap();
+        let config = cluster_config(&cluster, dir.path(), 3, None);
         ClusterSetup {
             cluster,
             dir,
@@ -271,6 +250,45 @@ impl ClusterSetup {
         }
         left
     }
+}
+
+/// A chpart config for `cluster` in `dir` (`chpart.toml`; builds work in `dir/work`): shard 1
+/// is the server and holds the ledger, every host stages next to its own data (on a real
+/// cluster: its own filesystem), transport local, retries for `deadline_secs`. With `urls`, each
+/// shard is reached at its entry there (e.g. a fault proxy's) instead of its own port.
+pub(crate) fn cluster_config(
+    cluster: &Cluster,
+    dir: &Path,
+    deadline_secs: u64,
+    urls: Option<&[String]>,
+) -> PathBuf {
+    let entry = &cluster.nodes[0].server;
+    let url_of = |i: usize| urls.map(|u| u[i].clone());
+    let mut text = format!(
+        "[clickhouse]\nurl = \"{url}\"\nrequest_timeout_secs = 60\n\
+         [transport]\nkind = \"local\"\n\
+         [clickhouse_local]\ncommand = \"{local}\"\nwork_dir = \"{work}\"\n\
+         [staging]\nroot = \"{staging}\"\n\
+         [ledger]\ndatabase = \"chpart_ledger\"\n\
+         [retry]\ndeadline_secs = {deadline_secs}\n",
+        url = url_of(0).unwrap_or_else(|| entry.url()),
+        local = chpart_testenv::clickhouse_local().display(),
+        work = dir.join("work").display(),
+        staging = entry.data_dir.join("chpart-staging").display(),
+    );
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        text.push_str(&format!("[[hosts]]\nname = \"{}\"\n", node.address));
+        if let Some(url) = url_of(i) {
+            text.push_str(&format!("url = \"{url}\"\n"));
+        }
+        text.push_str(&format!(
+            "staging_root = \"{}\"\n",
+            node.data_dir().join("chpart-staging").display()
+        ));
+    }
+    let config = dir.join("chpart.toml");
+    std::fs::write(&config, text).unwrap();
+    config
 }
 
 /// How many shadow tables of `db.local` the server holds (one per open load of it).

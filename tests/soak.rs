@@ -25,7 +25,7 @@ use chpart_testenv::proxy::FaultProxy;
 
 use crate::build::{write_rows, COLUMNS};
 use crate::cli::{chpart, text};
-use crate::crash::{kill_after, Pace, Rng};
+use crate::crash::{env_u64, kill_after, Pace, Rng};
 
 const KEY: &str = "intHash64(id)";
 const ROWS_PER_HOUR: u64 = 2_000;
@@ -55,14 +55,8 @@ struct Tally {
 
 #[test]
 fn a_month_of_hourly_loads_under_faults_leaks_nothing() {
-    let hours: u64 = std::env::var("SOAK_HOURS")
-        .ok()
-        .map(|s| s.parse().expect("SOAK_HOURS is a number"))
-        .unwrap_or(36);
-    let seed: u64 = std::env::var("SOAK_SEED")
-        .ok()
-        .map(|s| s.parse().expect("SOAK_SEED is a number"))
-        .unwrap_or_else(chpart_core::retry::clock_seed);
+    let hours: u64 = env_u64("SOAK_HOURS", || 36);
+    let seed: u64 = env_u64("SOAK_SEED", chpart_core::retry::clock_seed);
     eprintln!("soak: {hours} hourly loads, SOAK_SEED={seed}");
     let mut rng = Rng(seed | 1);
     let mut cluster = Cluster::start("soak", &[1, 2, 3]);
@@ -76,7 +70,6 @@ fn a_month_of_hourly_loads_under_faults_leaks_nothing() {
         }
     }
     let entry = &cluster.nodes[0].server;
-    let entry_data = entry.data_dir.clone();
     entry.q(&format!(
         "CREATE TABLE db.events AS db.events_local ENGINE = Distributed({name}, db, events_local, {KEY})"
     ));
@@ -99,28 +92,11 @@ fn a_month_of_hourly_loads_under_faults_leaks_nothing() {
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let work_dir = dir.path().join("work");
-    let config = dir.path().join("chpart.toml");
-    let mut toml = format!(
-        "[clickhouse]\nurl = \"http://127.0.0.1:{port}\"\nrequest_timeout_secs = 60\n\
-         [transport]\nkind = \"local\"\n\
-         [clickhouse_local]\ncommand = \"{local}\"\nwork_dir = \"{work}\"\n\
-         [staging]\nroot = \"{staging}\"\n\
-         [ledger]\ndatabase = \"chpart_ledger\"\n\
-         [retry]\ndeadline_secs = 30\n",
-        port = proxies[0].port,
-        local = chpart_testenv::clickhouse_local().display(),
-        work = work_dir.display(),
-        staging = entry_data.join("chpart-staging").display(),
-    );
-    for (node, proxy) in cluster.nodes.iter().zip(&proxies) {
-        toml.push_str(&format!(
-            "[[hosts]]\nname = \"{}\"\nurl = \"http://127.0.0.1:{}\"\nstaging_root = \"{}\"\n",
-            node.address,
-            proxy.port,
-            node.data_dir().join("chpart-staging").display()
-        ));
-    }
-    std::fs::write(&config, toml).unwrap();
+    let urls: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{}", p.port))
+        .collect();
+    let config = crate::distributed::cluster_config(&cluster, dir.path(), 30, Some(&urls));
     let run = |args: &[&str]| -> Output { crate::cli::run_with(&config, args) };
 
     let mut tally = Tally::default();
