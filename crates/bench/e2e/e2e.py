@@ -5,7 +5,7 @@ HTTP the way a row-inserting connector does; in two shapes, and each table's mer
 it is at rest.
 
     cargo build --release
-    .venv/bin/python deploy/spark/bench/e2e.py [--shapes hourly bulk] [--rows N] [--bulk-rows N]
+    .venv/bin/python crates/bench/e2e/e2e.py [--shapes hourly bulk] [--rows N] [--bulk-rows N]
 
 What runs, in this order (README.md next to this file explains every figure):
 
@@ -961,7 +961,7 @@ def draw_chart(result, path):
     fig.text(0.01, 0.01, f"Server CPU is the server process's utime+stime, net of its idle rate "
              f"({idle['cpu_per_sec']:.4f} CPU s/s, the lower of {idle['start']['cpu_per_sec']:.4f} after the warm-up and "
              f"{idle['end']['cpu_per_sec']:.4f} at the end) x each window's wall time; the machine is shared, so wall "
-             f"times are noisy. Details: deploy/spark/bench/README.md", fontsize=8, color="#555555")
+             f"times are noisy. Details: crates/bench/e2e/README.md", fontsize=8, color="#555555")
     fig.tight_layout(rect=(0, 0.03, 1, 0.97))
     fig.savefig(path, dpi=110)
     plt.close(fig)
