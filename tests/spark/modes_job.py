@@ -143,7 +143,8 @@ def scenario_layout(args, spark, result):
     (toYYYYMMDD(ts)) and with layout=none into db.events_plain; with the layout into
     db.events_by_kind (a plain column); df.writeTo through a registered catalog into
     db.events_hourly (toStartOfHour of an Asia/Kolkata ts); SQL INSERT INTO a session-catalog
-    table USING chpart over db.events_sql (toYYYYMMDD(ts), range layout)."""
+    table USING chpart over db.events_sql (toYYYYMMDD(ts), range layout); with option
+    target_part_bytes into db.events_split; that option refused with layout=none or a bad value."""
     jvm = spark.sparkContext._jvm
     # The connector's INFO line naming each write's layout, for the test to read in the log.
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("chpart.spark.Layout",
@@ -166,6 +167,13 @@ def scenario_layout(args, spark, result):
               f"flag BOOLEAN) USING chpart OPTIONS (table '{args.table}_sql', config '{args.config}', "
               f"chpart '{args.chpart}', load 'sql')")
     spark.sql("INSERT INTO layout_sql SELECT * FROM layout_rows")
+    # Option target_part_bytes: adaptive execution splits each day's share of the shuffle, larger
+    # than 1 byte, over the map outputs (4): a part per task, up to 4 per day.
+    writer(df, args, "append", "split", target_part_bytes="1").option("table", args.table + "_split").save()
+    result["target_with_none_error"] = attempt(
+        lambda: writer(df, args, "append", "split-none", layout="none", target_part_bytes="1000").save())
+    result["target_not_a_number_error"] = attempt(
+        lambda: writer(df, args, "append", "split-bad", target_part_bytes="1GB").save())
 
 
 FUNCTION_ZONES = ("UTC", "Europe/Berlin", "Asia/Kolkata", "America/New_York")

@@ -315,28 +315,31 @@ def test_layout_clusters_each_table_partition_into_one_task(clickhouse, chpart_c
       UTC), df.writeTo through a registered catalog: 1 part per partition (73 hours);
     - SQL INSERT INTO a session-catalog table USING chpart (PARTITION BY toYYYYMMDD(ts)): Spark
       resolves functions in the session catalog there, which has none of chpart's, so the write
-      keeps the range layout over ts: at most 2 parts per partition, and the log says why.
+      keeps the range layout over ts: at most 2 parts per partition, and the log says why;
+    - option target_part_bytes=1: adaptive execution splits each day over the 4 map outputs,
+      each task builds one part of it: more than 1 and at most 4 parts per partition; refused
+      with layout=none and when not a positive number, naming the option.
 
     Every table holds exactly the source rows."""
     clickhouse.query("CREATE DATABASE db")
-    for table in (TABLE, TABLE + "_plain", TABLE + "_sql"):
+    for table in (TABLE, TABLE + "_plain", TABLE + "_sql", TABLE + "_split"):
         clickhouse.query(create_table_sql(table))
     clickhouse.query(create_table_sql(TABLE + "_by_kind").replace("PARTITION BY toYYYYMMDD(ts) ORDER BY (kind, id)",
                                                                  "PARTITION BY kind ORDER BY (ts, id)"))
     clickhouse.query(create_table_sql(TABLE + "_hourly").replace("PARTITION BY toYYYYMMDD(ts)",
                                                                 "PARTITION BY toStartOfHour(ts)")
                      .replace("DateTime64(6, 'UTC')", "DateTime64(6, 'Asia/Kolkata')"))
-    for suffix in ("", "_plain", "_sql", "_by_kind", "_hourly"):
+    for suffix in ("", "_plain", "_sql", "_by_kind", "_hourly", "_split"):
         clickhouse.query(f"SYSTEM STOP MERGES {TABLE}{suffix}")
     result, log = run_driver(tmp_path, "layout", chpart_config, chpart_bin, connector_jar)
     source = checksum(result["source"])
-    for suffix in ("", "_plain", "_sql", "_by_kind", "_hourly"):
+    for suffix in ("", "_plain", "_sql", "_by_kind", "_hourly", "_split"):
         assert_exactly_once(clickhouse, TABLE + suffix, source)
 
     days = [day_id(d) for d in range(3)]
     measured = {}
     for load, table in (("clustered", "events"), ("plain", "events_plain"), ("by-kind", "events_by_kind"),
-                        ("hourly", "events_hourly"), ("sql", "events_sql")):
+                        ("hourly", "events_hourly"), ("sql", "events_sql"), ("split", "events_split")):
         tasks = winners_partitions(clickhouse, chpart_config, chpart_bin, load)
         per_partition = parts_per_partition(clickhouse, table)
         # Merges are stopped: the table's parts are exactly the ones the winning tasks built.
@@ -351,12 +354,16 @@ def test_layout_clusters_each_table_partition_into_one_task(clickhouse, chpart_c
     # 3 days from 00:00 UTC are 73 hours in Asia/Kolkata (UTC+5:30): each hour in one task.
     assert len(measured["hourly"]) == 73 and set(measured["hourly"].values()) == {1}, measured["hourly"]
     assert sorted(measured["sql"]) == days and all(n <= 2 for n in measured["sql"].values()), measured["sql"]
+    assert sorted(measured["split"]) == days and all(1 < n <= 4 for n in measured["split"].values()), measured["split"]
+    assert "option target_part_bytes needs layout=table" in (result["target_with_none_error"] or ""), result
+    assert 'option target_part_bytes must be a positive number of bytes; got "1GB"' in (
+        result["target_not_a_number_error"] or ""), result
     assert "clustered by partition key toYYYYMMDD(ts) as [chpart_toyyyymmdd(ts, 'UTC')]" in log, log[-4000:]
     assert "clustered by partition key toStartOfHour(ts) as [chpart_tostartofhour(ts, 'Asia/Kolkata')]" in log
     assert "not clustered by: the table is not one of a chpart catalog" in log, log[-4000:]
     print("layout: parts per table partition: " + ", ".join(
         f"{load} {sorted(set(p.values()))} over {len(p)} partitions" for load, p in measured.items()))
-    for load in ("clustered", "plain", "by-kind", "hourly", "sql"):
+    for load in ("clustered", "plain", "by-kind", "hourly", "sql", "split"):
         assert_gc_leaves_nothing(clickhouse, chpart_config, chpart_bin, load)
 
 

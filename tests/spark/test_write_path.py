@@ -48,6 +48,28 @@ def test_the_path_honours_everything_the_call_asks_for_or_refuses(monkeypatch, v
         assert expected in str(refused.value), str(refused.value)
 
 
+@pytest.mark.parametrize("via, loadable, expected", [
+    ("auto", True, "connector"),
+    ("connector", True, "connector"),
+    ("auto", False, "target_part_bytes=1000 (the connector's option): chpart.spark.ChpartDataSource is not loadable"),
+    ("python", True, 'via="python" cannot honour target_part_bytes=1000'),
+])
+def test_target_part_bytes_needs_the_connector(monkeypatch, via, loadable, expected):
+    monkeypatch.setattr(writer, "connector_loaded", lambda spark: loadable)
+    if expected == "connector":
+        assert writer.choose_path(via, None, target_part_bytes=1000)[0] == expected
+    else:
+        with pytest.raises(ValueError) as refused:
+            writer.choose_path(via, None, target_part_bytes=1000)
+        assert expected in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("value", [0, -5, "1GB", 1.5, True])
+def test_write_refuses_a_target_part_bytes_that_is_not_a_positive_int(value):
+    with pytest.raises(ValueError, match="target_part_bytes must be a positive int"):
+        chpart_spark.write(None, table="db.t", load_id="l", config="/nonexistent.toml", target_part_bytes=value)
+
+
 def test_write_refuses_an_unknown_layout_before_anything_runs():
     # Checked before the DataFrame is touched: None stands in for it.
     with pytest.raises(ValueError, match="layout must be one of table, none; got 'clustered'"):

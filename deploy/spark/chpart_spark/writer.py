@@ -5,7 +5,7 @@ of exactly one manifest per Spark partition):
 
 - through the JVM connector, `df.write.format("chpart")`, when its jar is loadable in the
   session's JVM: Spark's commit coordinator lets one attempt per partition publish, and the
-  rows are clustered and sorted by the table's keys (one part per table partition);
+  rows are clustered by the table's partition key (one part per table partition);
 - in Python: `chpart begin` -> one Spark job (`df.mapInArrow(...)`, each task runs `chpart
   build` and returns its manifest) -> `collect()` (exactly one manifest per partition: the
   attempt Spark accepted first) -> the winners as JSON lines in a file -> `chpart commit`.
@@ -30,8 +30,8 @@ MODES = ("append", "replace", "overwrite")
 VISIBILITIES = ("partition", "part")
 VERIFIES = ("auto", "server", "full", "sizes")
 VIAS = ("auto", "connector", "python")
-# The connector's option `layout` (deploy/spark/connector): Spark clusters and sorts the rows by
-# the table's keys ("table") or keeps the job's partitioning ("none").
+# The connector's option `layout` (deploy/spark/connector): Spark clusters the rows by the
+# table's partition key ("table") or keeps the job's partitioning ("none").
 LAYOUTS = ("table", "none")
 # The JVM connector's DataSource (deploy/spark/connector): loadable iff its jar is on the
 # session's classpath.
@@ -117,7 +117,7 @@ def connector_loaded(spark):
         return False
 
 
-def choose_path(via, spark, *, after_build=None, layout=None):
+def choose_path(via, spark, *, after_build=None, layout=None, target_part_bytes=None):
     """("connector" | "python", why): how `write()` runs its job.
 
     - ``via="python"``: the mapInArrow tasks; a ValueError if the call asks for something only
@@ -130,7 +130,9 @@ def choose_path(via, spark, *, after_build=None, layout=None):
     """
     _check_choice("via", via, VIAS)
     python_only = ["_after_build (a test hook run inside the Python tasks)"] if after_build is not None else []
-    connector_only = [f"layout={layout!r} (the connector's option)"] if layout is not None else []
+    connector_only = [f"{name}={value!r} (the connector's option)"
+                      for name, value in (("layout", layout), ("target_part_bytes", target_part_bytes))
+                      if value is not None]
     if python_only and connector_only:
         raise ValueError(f"{', '.join(python_only)} needs the Python tasks and {', '.join(connector_only)} "
                          "the connector: no path honours both")
@@ -286,7 +288,7 @@ def _read_winners(path, load_id):
 
 def write(df, table, load_id, config=None, mode="append", visibility="partition", chpart=None,
           verify="auto", extra_env=None, *, options=None, winners_path=None, via="auto", layout=None,
-          _after_build=None):
+          target_part_bytes=None, _after_build=None):
     """Loads ``df`` into the ClickHouse table ``table`` ("db.table") exactly once, as load
     ``load_id``, and returns the commit summary (a dict, see below).
 
@@ -332,9 +334,13 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
       partition); the Python tasks keep the DataFrame's partitioning and every attempt
       publishes (`collect()` names the winners).
     - ``layout``: the connector's option `layout`: "table" (its default: the rows clustered by
-      the table's partition key and sorted by its `ORDER BY`) or "none" (the DataFrame's own
+      the table's partition key) or "none" (the DataFrame's own
       partitioning). Only the connector has it: given with via="python" it is refused, and with
       via="auto" it needs the connector's jar (refused without it rather than dropped).
+    - ``target_part_bytes``: the connector's option of that name (an int, bytes): with the
+      default layout, a table partition whose share of Spark's shuffle is larger is split over
+      several tasks, a part each (faster, more for the server to merge); connector-only like
+      ``layout``.
     - ``_after_build``: TEST HOOK, not for production: ``callable(task_context, manifest)``
       run inside each Python task after its ``chpart build`` published its parts and before the
       task returns; raising from it fails that attempt after it published (tests and the
@@ -361,6 +367,9 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
     _check_choice("verify", verify, VERIFIES)
     if layout is not None:
         _check_choice("layout", layout, LAYOUTS)
+    if target_part_bytes is not None and (isinstance(target_part_bytes, bool) or not isinstance(target_part_bytes, int)
+                                          or target_part_bytes <= 0):
+        raise ValueError(f"target_part_bytes must be a positive int (bytes); got {target_part_bytes!r}")
     if mode != "append" and visibility != "partition":
         raise ValueError(f'mode="{mode}" requires visibility="partition"')
     if not _ID.match(load_id or ""):
@@ -376,7 +385,8 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
     config = _cli.resolve_config(chpart, config_file, keys, origins, extra_env)
     # Decided first: via="connector" with a Python-only argument, or without the jar, fails
     # before anything runs.
-    path, why = choose_path(via, spark, after_build=_after_build, layout=layout)
+    path, why = choose_path(via, spark, after_build=_after_build, layout=layout,
+                            target_part_bytes=target_part_bytes)
     t0 = time.monotonic()
     seconds = {"begin": 0.0, "job": 0.0, "commit": 0.0}
     common = dict(chpart=chpart, config=config, load_id=load_id, extra_env=extra_env)
@@ -419,7 +429,8 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
     if path == "connector":
         log.info('load %s: through the JVM connector, df.write.format("chpart"): %s', load_id, why)
         return _write_through_connector(df, table=table, mode=mode, visibility=visibility, verify=verify,
-                                        layout=layout, winners_path=winners_path, app_id=app_id, t0=t0,
+                                        layout=layout, target_part_bytes=target_part_bytes,
+                                        winners_path=winners_path, app_id=app_id, t0=t0,
                                         config_file=config_file, options=options or {}, **common)
     log.info("load %s: through Python tasks (mapInArrow): %s", load_id, why)
     prefix = attempt_prefix(spark.sparkContext, secrets.token_hex(6))
@@ -480,8 +491,8 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
     return summary
 
 
-def _write_through_connector(df, *, table, mode, visibility, verify, layout, winners_path, app_id, t0, chpart,
-                             config, config_file, options, load_id, extra_env):
+def _write_through_connector(df, *, table, mode, visibility, verify, layout, target_part_bytes, winners_path, app_id,
+                             t0, chpart, config, config_file, options, load_id, extra_env):
     """`df.write.format("chpart")` with write()'s arguments as the connector's options; the
     summary from `chpart status` afterwards (Spark's write API returns nothing).
 
@@ -507,6 +518,8 @@ def _write_through_connector(df, *, table, mode, visibility, verify, layout, win
         writer = writer.option("winners_path", os.path.abspath(winners_path))
     if layout is not None:
         writer = writer.option("layout", layout)
+    if target_part_bytes is not None:
+        writer = writer.option("target_part_bytes", str(target_part_bytes))
     for name, value in (extra_env or {}).items():
         writer = writer.option(f"env.{name}", str(value))
     t = time.monotonic()

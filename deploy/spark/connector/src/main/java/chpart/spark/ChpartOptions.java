@@ -38,7 +38,12 @@ import java.util.regex.Pattern;
  *                 database)
  *   engine, order_by, partition_by, primary_key, settings
  *                 the CREATE TABLE of save modes errorifexists / ignore (TableDdl)
- *   layout        table (default: Spark clusters and sorts the rows by the table's keys, Layout) | none
+ *   layout        table (default: Spark clusters the rows by the table's partition key, Layout) | none
+ *   target_part_bytes
+ *                 with layout table: Spark's advisory size of each task's share of the shuffle,
+ *                 in bytes (DSv2 advisoryPartitionSizeInBytes): adaptive execution splits a table
+ *                 partition larger than this over several tasks (a part each) and coalesces small
+ *                 ones (default: unset, every table partition in one task, one part)
  * </pre>
  */
 final class ChpartOptions implements Serializable {
@@ -50,7 +55,7 @@ final class ChpartOptions implements Serializable {
   static final String ENV_PREFIX = "env.";
   static final Set<String> KNOWN =
       Set.of("table", "config", "chpart", "load", "visibility", "verify", "winners_path", "overwrite", "engine",
-          "order_by", "partition_by", "primary_key", "settings", "layout");
+          "order_by", "partition_by", "primary_key", "settings", "layout", "target_part_bytes");
   static final List<String> LAYOUTS = List.of("table", "none");
   static final List<String> OVERWRITES = List.of("partitions", "table");
   /**
@@ -101,8 +106,10 @@ final class ChpartOptions implements Serializable {
   final String partitionBy;
   final String primaryKey;
   final String settings;
-  /** table (ask Spark for the table's distribution and ordering, Layout) | none. */
+  /** table (ask Spark for the table's distribution, Layout) | none. */
   final String layout;
+  /** Advisory bytes of each write task's shuffle share (0: unset). */
+  final long targetPartBytes;
 
   private transient Chpart resolved;
 
@@ -193,6 +200,10 @@ final class ChpartOptions implements Serializable {
     primaryKey = plain.get("primary_key");
     settings = plain.get("settings");
     layout = choice("layout", plain.getOrDefault("layout", "table"), LAYOUTS, problems);
+    targetPartBytes = positiveLong("target_part_bytes", plain.get("target_part_bytes"), problems);
+    if (targetPartBytes > 0 && layout.equals("none")) {
+      problems.add("option target_part_bytes needs layout=table (with layout=none Spark keeps the job's own tasks)");
+    }
     if (!problems.isEmpty()) {
       throw new IllegalArgumentException("chpart data source: " + String.join("; ", problems));
     }
@@ -253,6 +264,23 @@ final class ChpartOptions implements Serializable {
       resolved = ChpartConfig.resolve(chpart, embeddedSha256, config, configKeys, origins, env);
     }
     return resolved;
+  }
+
+  /** A positive whole number of bytes, or 0 when not given. */
+  private static long positiveLong(String name, String value, List<String> problems) {
+    if (value == null) {
+      return 0;
+    }
+    try {
+      long n = Long.parseLong(value.strip());
+      if (n > 0) {
+        return n;
+      }
+    } catch (NumberFormatException e) {
+      // reported below
+    }
+    problems.add("option " + name + " must be a positive number of bytes; got " + quote(value));
+    return 0;
   }
 
   private static String choice(String name, String value, List<String> allowed, List<String> problems) {

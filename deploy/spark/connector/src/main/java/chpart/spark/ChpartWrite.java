@@ -1,6 +1,7 @@
 package chpart.spark;
 
 import org.apache.spark.sql.connector.distributions.Distribution;
+import org.apache.spark.sql.connector.distributions.UnspecifiedDistribution;
 import org.apache.spark.sql.connector.expressions.SortOrder;
 import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
@@ -38,7 +39,22 @@ final class ChpartWrite implements Write, RequiresDistributionAndOrdering {
 
   @Override
   public SortOrder[] requiredOrdering() {
-    return layout.ordering;
+    return new SortOrder[0]; // clickhouse-local sorts each part itself (Layout)
+  }
+
+  /**
+   * Option target_part_bytes: with a distribution to satisfy, Spark's adaptive execution splits a
+   * shuffle partition larger than this over several tasks and coalesces small ones (0: Spark's
+   * own advisory size; Spark refuses one with an unspecified distribution).
+   */
+  @Override
+  public boolean distributionStrictlyRequired() {
+    return options.targetPartBytes == 0; // else Spark may split a partition (RebalancePartitions)
+  }
+
+  @Override
+  public long advisoryPartitionSizeInBytes() {
+    return layout.distribution instanceof UnspecifiedDistribution ? 0 : options.targetPartBytes;
   }
 
   @Override

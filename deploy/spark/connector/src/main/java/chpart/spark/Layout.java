@@ -32,24 +32,24 @@ import org.slf4j.LoggerFactory;
  *                                           Spark cannot evaluate f, and hashing ts would scatter
  *                                           each day over every task; ranges keep a day in one
  *                                           task or two neighbours
- *   ORDER BY                                each task sorted by the key's leading plain columns
  * </pre>
  *
- * Option {@code layout=none} asks for nothing (Spark's own partitioning is kept).
+ * No ordering is asked for: clickhouse-local sorts every part by the table's ORDER BY whatever
+ * order its rows arrive in, so a sort in Spark would be paid twice (measured in the end-to-end
+ * benchmark, docs/benchmarks.md: the same one part per partition, 1.6x the wall time for the
+ * hourly shape). Option {@code layout=none} asks for nothing (Spark's own partitioning is kept).
  */
 final class Layout {
   private static final Logger LOG = LoggerFactory.getLogger(Layout.class);
   private static final Pattern IDENT = Pattern.compile("`([^`]+)`|([A-Za-z_][A-Za-z0-9_]*)(?!\\s*[(A-Za-z0-9_])");
 
-  static final Layout NONE = new Layout(Distributions.unspecified(), new SortOrder[0], "none");
+  static final Layout NONE = new Layout(Distributions.unspecified(), "none");
 
   final Distribution distribution;
-  final SortOrder[] ordering;
   final String description;
 
-  private Layout(Distribution distribution, SortOrder[] ordering, String description) {
+  private Layout(Distribution distribution, String description) {
     this.distribution = distribution;
-    this.ordering = ordering;
     this.description = description;
   }
 
@@ -82,7 +82,7 @@ final class Layout {
     } else {
       functions = Functions.of(options);
     }
-    Layout layout = of(partitionKey, plan.path("sorting_key").asText(""), schema, functions);
+    Layout layout = of(partitionKey, schema, functions);
     if (layout.distribution instanceof OrderedDistribution) {
       // A partition may span two tasks, so get two parts: worth a warning, with the reason.
       LOG.warn("chpart: layout of the write into {}: {}", options.table, layout.description);
@@ -126,7 +126,7 @@ final class Layout {
     }
   }
 
-  static Layout of(String partitionKey, String sortingKey, StructType schema, Functions functions) {
+  static Layout of(String partitionKey, StructType schema, Functions functions) {
     Set<String> columns = Set.of(schema.fieldNames());
     List<String> plain = plainColumns(partitionKey, columns);
     Distribution distribution = null;
@@ -165,15 +165,7 @@ final class Layout {
       distribution = Distributions.unspecified();
       what = "no distribution (partition key \"" + partitionKey + "\" uses no column of the rows)";
     }
-    List<String> sorting = new ArrayList<>();
-    for (String part : splitTopLevel(stripParens(sortingKey))) {
-      String name = unquote(part.strip());
-      if (!columns.contains(name)) {
-        break; // an expression: the rest of the key cannot be sorted by in Spark
-      }
-      sorting.add(name);
-    }
-    return new Layout(distribution, ascending(sorting), what + ", each task sorted by " + sorting);
+    return new Layout(distribution, what);
   }
 
   /** The key's columns if it is nothing but plain columns of the rows; else null. */
