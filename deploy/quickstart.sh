@@ -98,6 +98,7 @@ job_started=$SECONDS
   --conf spark.sql.shuffle.partitions=4 \
   --conf spark.eventLog.enabled=true --conf spark.eventLog.compress=false \
   --conf "spark.eventLog.dir=file://$RUN/spark-events" \
+  --py-files tests/spark/chpart_testing.py \
   deploy/spark/examples/load_events.py \
   --config "$RUN/chpart.toml" --table "$TABLE" --hour "$HOUR" --rows "$ROWS" --partitions 4 \
   --chpart "$CHPART" --winners-dir "$RUN/winners" \

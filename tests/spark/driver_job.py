@@ -12,7 +12,7 @@ sys.path.insert(0, HERE)
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
 import chpart_spark  # noqa: E402
-from chpart_spark.testing import fail_first_attempt  # noqa: E402
+from chpart_testing import fail_first_attempt  # noqa: E402
 from conftest import spark_builder  # noqa: E402
 from datasets import events  # noqa: E402
 

@@ -10,7 +10,7 @@ checksum, then loads the rows naming no chpart binary, by one of:
   --via wheel      `chpart_spark.write(via="python")` with chpart_spark imported, on the driver
                    and in the executors' Python workers (spark.executorEnv.PYTHONPATH), from the
                    wheel installed into --wheel-dir; the first attempt of partition 1 fails after
-                   it published (chpart_spark.testing.fail_first_attempt)
+                   it published (chpart_testing.fail_first_attempt, shipped by value)
 
 Writes what happened as JSON to --out (exit 0 when the write returned, 1 when it raised)."""
 
@@ -76,7 +76,7 @@ def main():
              .option("load", args.load).option("layout", "none").save())
         else:
             from chpart_spark import _cli
-            from chpart_spark.testing import fail_first_attempt
+            from chpart_testing import fail_first_attempt
 
             result["driver_binary"] = _cli.resolve_binary()
             result["summary"] = chpart_spark.write(df, args.table, args.load, args.config, via="python",

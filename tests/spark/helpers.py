@@ -5,7 +5,7 @@ import os
 import re
 
 import chpart_spark
-from chpart_spark.testing import task_attempts
+from chpart_testing import task_attempts
 from datasets import COLUMNS
 from failure_jobs import eventlog
 

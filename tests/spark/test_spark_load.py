@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import chpart_spark
-from chpart_spark.testing import fail_first_attempt
+from chpart_testing import fail_first_attempt
 from datasets import create_table_sql, day_id, events, spark_day_condition
 from helpers import (assert_exactly_once, assert_gc_leaves_nothing, assert_winners_and_losers, failed_attempts,
                      load_status, read_marker, table_checksum)

@@ -15,9 +15,12 @@ hour that is already loaded does nothing, and a run whose driver died is resumed
 
 Demonstration flags (the quickstart uses them; not for production):
   --demo-fail-partition P   the first attempt of partition P fails after publishing its parts
-                            (chpart_spark.testing.fail_first_attempt, a TEST HOOK)
+                            (fail_first_attempt, a TEST HOOK)
   --verify                  compare count and checksum of the source rows and of the table
   --event-log-dir DIR       where the Spark event log is (to report failed task attempts)
+The test hook and the event log reader are the tests' (tests/spark/chpart_testing.py, not part
+of chpart_spark): the first and the third flag need that file importable, e.g.
+`spark-submit --py-files tests/spark/chpart_testing.py` as deploy/quickstart.sh does.
   --report FILE             write what happened as JSON
 """
 
@@ -136,7 +139,7 @@ def main():
 
     hook = None
     if args.demo_fail_partition is not None:
-        from chpart_spark.testing import fail_first_attempt
+        from chpart_testing import fail_first_attempt
 
         marker = args.demo_marker or os.path.join(os.path.dirname(os.path.abspath(args.config)), f"{load_id}.failed")
         hook = fail_first_attempt(args.demo_fail_partition, marker)
@@ -161,7 +164,7 @@ def main():
                             "seconds": time.monotonic() - t}
     spark.stop()  # completes the event log
     if args.event_log_dir:
-        from chpart_spark.testing import task_attempts
+        from chpart_testing import task_attempts
 
         report["failed_attempts"] = [a for a in task_attempts(args.event_log_dir, app_id) if a["failed"]]
     if args.report:

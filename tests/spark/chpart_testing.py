@@ -1,5 +1,6 @@
-"""TEST HOOKS and test oracles: for tests and the quickstart's demonstration, never for
-production jobs.
+"""TEST HOOKS and test oracles (TEST CODE, not part of the chpart_spark package): for the Spark
+tests and the quickstart's demonstration (deploy/spark/examples/load_events.py, which
+deploy/quickstart.sh runs with this file in --py-files), never for production jobs.
 
 - `fail_first_attempt(partition, marker)`: an ``_after_build`` hook for `write()` that makes
   the first attempt of one partition fail *after* its `chpart build` published its parts, so
@@ -8,11 +9,19 @@ production jobs.
 - `task_attempts(event_log_dir)`: every task attempt Spark recorded in its event log
   (``spark.eventLog.enabled=true``, ``spark.eventLog.compress=false``), with its end reason:
   the oracle that a failure really happened.
+
+Importing this module makes cloudpickle ship its functions to the executors by value, so the
+Python workers need not import it (they find chpart_spark, not this file).
 """
 
 import glob
 import json
 import os
+import sys
+
+from pyspark import cloudpickle
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 class InjectedFailure(RuntimeError):
