@@ -132,7 +132,13 @@ mod layers {
                 include_str!("commit/attach.rs"),
             ),
         ),
-        ("cleanup", include_str!("cleanup.rs")),
+        (
+            "cleanup",
+            concat!(
+                include_str!("cleanup.rs"),
+                include_str!("cleanup/status.rs")
+            ),
+        ),
         ("retention", include_str!("retention.rs")),
         ("timeline", include_str!("timeline.rs")),
         ("cluster", include_str!("cluster.rs")),
