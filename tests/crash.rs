@@ -95,6 +95,64 @@ pub(crate) fn schedule_seed(base: u64, i: u64) -> u64 {
     base.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
+/// What a crash harness's schedule loop counts in its tally (crash.rs, crash_cluster.rs).
+pub(crate) trait Schedules {
+    /// One more schedule was run.
+    fn count_schedule(&mut self);
+    /// A schedule failed: one line naming its number, seed and error.
+    fn record_failure(&mut self, failure: String);
+}
+
+/// A crash harness's run: schedule `i` from seed `schedule_seed(base, i)`; a failure is
+/// printed and recorded and the run goes on; every `report_every` schedules and after the last
+/// one, `report(tally, elapsed, last)` prints the summary so far.
+pub(crate) fn run_schedules<T: Schedules>(
+    tally: &mut T,
+    schedules: u64,
+    base: u64,
+    report_every: u64,
+    mut schedule: impl FnMut(u64, u64, &mut T) -> Result<(), String>,
+    report: impl Fn(&T, Duration, bool),
+) {
+    let started = Instant::now();
+    for i in 0..schedules {
+        let seed = schedule_seed(base, i);
+        tally.count_schedule();
+        if let Err(e) = schedule(i, seed, tally) {
+            eprintln!("schedule {i} (seed {seed}) FAILED: {e}");
+            tally.record_failure(format!("schedule {i} seed {seed}: {e}"));
+        }
+        if (i + 1) % report_every == 0 || i + 1 == schedules {
+            report(tally, started.elapsed(), i + 1 == schedules);
+        }
+    }
+}
+
+/// Prints a crash harness's summary so far (all of it at the end, else one line) and writes it
+/// as JSON to `CRASH_REPORT` when set.
+pub(crate) fn print_report(
+    harness: &str,
+    report: &serde_json::Value,
+    schedules: u64,
+    failures: usize,
+    elapsed: Duration,
+    last: bool,
+) {
+    if last {
+        eprintln!("{harness}: {report:#}");
+    } else {
+        eprintln!(
+            "{harness}: {} schedules in {:.0} s, {} failure(s)",
+            schedules,
+            elapsed.as_secs_f64(),
+            failures
+        );
+    }
+    if let Ok(path) = std::env::var("CRASH_REPORT") {
+        std::fs::write(path, format!("{report:#}\n")).unwrap();
+    }
+}
+
 /// What one run of the harness saw.
 #[derive(Default)]
 struct Tally {
@@ -110,6 +168,15 @@ struct Tally {
     failures: Vec<String>,
     build_pace: Pace,
     commit_pace: Pace,
+}
+
+impl Schedules for Tally {
+    fn count_schedule(&mut self) {
+        self.schedules += 1;
+    }
+    fn record_failure(&mut self, failure: String) {
+        self.failures.push(failure);
+    }
 }
 
 impl Default for Pace {
@@ -402,22 +469,16 @@ fn random_kill_schedules_load_every_row_exactly_once_and_leave_nothing() {
         inputs,
     };
     let mut tally = Tally::default();
-    let started = Instant::now();
-    for i in 0..schedules {
-        let seed = schedule_seed(base, i);
-        tally.schedules += 1;
-        if let Err(e) = schedule(&mut h, i, seed, &mut tally) {
-            eprintln!("schedule {i} (seed {seed}) FAILED: {e}");
-            tally
-                .failures
-                .push(format!("schedule {i} seed {seed}: {e}"));
-        }
-        // Every 25 schedules the summary so far is printed and written, so a long run that is
-        // stopped early still leaves its figures.
-        if (i + 1) % 25 == 0 || i + 1 == schedules {
-            report(&tally, base, started.elapsed(), i + 1 == schedules);
-        }
-    }
+    // Every 25 schedules the summary so far is printed and written, so a long run that is
+    // stopped early still leaves its figures.
+    run_schedules(
+        &mut tally,
+        schedules,
+        base,
+        25,
+        |i, seed, tally| schedule(&mut h, i, seed, tally),
+        |tally, elapsed, last| report(tally, base, elapsed, last),
+    );
     assert!(tally.failures.is_empty(), "{:#?}", tally.failures);
     assert!(
         tally.commits_killed > 0 && tally.builds_killed > 0 || schedules < 10,
@@ -443,17 +504,6 @@ fn report(tally: &Tally, seed: u64, elapsed: Duration, last: bool) {
         "median_commit_ms": tally.commit_pace.median().as_millis() as u64,
         "failures": tally.failures,
     });
-    if last {
-        eprintln!("crash harness: {report:#}");
-    } else {
-        eprintln!(
-            "crash harness: {} schedules in {:.0} s, {} failure(s)",
-            tally.schedules,
-            elapsed.as_secs_f64(),
-            tally.failures.len()
-        );
-    }
-    if let Ok(path) = std::env::var("CRASH_REPORT") {
-        std::fs::write(path, format!("{report:#}\n")).unwrap();
-    }
+    let (schedules, failures) = (tally.schedules, tally.failures.len());
+    print_report("crash harness", &report, schedules, failures, elapsed, last);
 }

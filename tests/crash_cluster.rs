@@ -20,7 +20,9 @@ use chpart_testenv::cluster::Cluster;
 
 use crate::build::{write_rows, COLUMNS};
 use crate::cli::{chpart, text};
-use crate::crash::{env_u64, kill_after, last_step, schedule_seed, Pace, Rng};
+use crate::crash::{
+    env_u64, kill_after, last_step, print_report, run_schedules, Pace, Rng, Schedules,
+};
 
 const SPARK_PARTITIONS: u64 = 2;
 const KEY: &str = "intHash64(id)";
@@ -40,6 +42,15 @@ struct Tally {
     failures: Vec<String>,
     build_pace: Pace,
     commit_pace: Pace,
+}
+
+impl Schedules for Tally {
+    fn count_schedule(&mut self) {
+        self.schedules += 1;
+    }
+    fn record_failure(&mut self, failure: String) {
+        self.failures.push(failure);
+    }
 }
 
 struct Harness {
@@ -352,20 +363,14 @@ fn random_kill_schedules_across_shards_load_every_shard_exactly_once() {
         config,
     };
     let mut tally = Tally::default();
-    let started = Instant::now();
-    for i in 0..schedules {
-        let seed = schedule_seed(base, i);
-        tally.schedules += 1;
-        if let Err(e) = schedule(&mut h, i, seed, &mut tally) {
-            eprintln!("schedule {i} (seed {seed}) FAILED: {e}");
-            tally
-                .failures
-                .push(format!("schedule {i} seed {seed}: {e}"));
-        }
-        if (i + 1) % 10 == 0 || i + 1 == schedules {
-            report(&tally, base, started.elapsed(), i + 1 == schedules);
-        }
-    }
+    run_schedules(
+        &mut tally,
+        schedules,
+        base,
+        10,
+        |i, seed, tally| schedule(&mut h, i, seed, tally),
+        |tally, elapsed, last| report(tally, base, elapsed, last),
+    );
     assert!(tally.failures.is_empty(), "{:#?}", tally.failures);
     assert!(
         tally.commits_killed > 0 && tally.builds_killed > 0 || schedules < 10,
@@ -389,17 +394,13 @@ fn report(tally: &Tally, seed: u64, elapsed: Duration, last: bool) {
         "median_commit_ms": tally.commit_pace.median().as_millis() as u64,
         "failures": tally.failures,
     });
-    if last {
-        eprintln!("cluster crash harness: {report:#}");
-    } else {
-        eprintln!(
-            "cluster crash harness: {} schedules in {:.0} s, {} failure(s)",
-            tally.schedules,
-            elapsed.as_secs_f64(),
-            tally.failures.len()
-        );
-    }
-    if let Ok(path) = std::env::var("CRASH_REPORT") {
-        std::fs::write(path, format!("{report:#}\n")).unwrap();
-    }
+    let (schedules, failures) = (tally.schedules, tally.failures.len());
+    print_report(
+        "cluster crash harness",
+        &report,
+        schedules,
+        failures,
+        elapsed,
+        last,
+    );
 }
