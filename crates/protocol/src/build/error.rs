@@ -28,27 +28,13 @@ pub enum BuildError {
         /// Why.
         message: String,
     },
-    /// Bad input: unreadable, corrupt, or not matching the table.
+    /// Building the attempt's parts with clickhouse-local failed (bad input, clickhouse-local
+    /// failed or is newer than the server or in another time zone, rows that do not add up).
     #[error(transparent)]
-    Input(#[from] InputError),
-    /// clickhouse-local failed.
-    #[error("building parts with clickhouse-local: {0}")]
-    Run(#[from] RunError),
-    /// Anything else in the local build (DDL, part checks, digests, work dir).
+    Local(#[from] LocalError),
+    /// Anything else in the build (digests, work dir).
     #[error("building parts: {0}")]
     Build(String),
-    /// The built rows do not add up.
-    #[error("clickhouse-local built {part_rows} rows from {source_rows} input rows into a {engine} table{}: rows were lost or duplicated", stage.map(|s| format!(" ({s})")).unwrap_or_default())]
-    RowMismatch {
-        /// Rows read (for a rewrite: rows before it).
-        source_rows: u64,
-        /// Rows in the parts.
-        part_rows: u64,
-        /// The table engine.
-        engine: String,
-        /// The rewrite after which they do not add up, if any.
-        stage: Option<&'static str>,
-    },
     /// The server's filesystem failed.
     #[error("{op}: {source}")]
     Remote {
@@ -56,19 +42,6 @@ pub enum BuildError {
         op: String,
         /// The transport's error.
         source: Box<RemoteError>,
-    },
-    /// This clickhouse-local may not build for the load's server (newer than it).
-    #[error(transparent)]
-    Version(#[from] chpart_core::VersionError),
-    /// clickhouse-local computes in another zone than the server's, although it was given it.
-    #[error("{program} runs in time zone {actual} although it was started with TZ={expected} (the server's zone, recorded when the load began): partition ids of DateTime columns would not be the server's; does a clickhouse-local config file set <timezone>?")]
-    TimeZone {
-        /// The clickhouse-local program.
-        program: String,
-        /// The server's zone.
-        expected: String,
-        /// The zone clickhouse-local reported.
-        actual: String,
     },
     /// A shard of a cluster load failed; what the attempt published on every shard is undone.
     #[error("shard {shard_num} ({host}): {source}")]
@@ -107,38 +80,6 @@ pub enum BuildError {
     Ledger(#[from] LedgerStoreError),
 }
 
-impl From<LocalError> for BuildError {
-    /// The same failure, under the same message.
-    fn from(e: LocalError) -> Self {
-        match e {
-            LocalError::Input(e) => BuildError::Input(e),
-            LocalError::Run(e) => BuildError::Run(e),
-            LocalError::Build(message) => BuildError::Build(message),
-            LocalError::RowMismatch {
-                source_rows,
-                part_rows,
-                engine,
-                stage,
-            } => BuildError::RowMismatch {
-                source_rows,
-                part_rows,
-                engine,
-                stage,
-            },
-            LocalError::Version(e) => BuildError::Version(e),
-            LocalError::TimeZone {
-                program,
-                expected,
-                actual,
-            } => BuildError::TimeZone {
-                program,
-                expected,
-                actual,
-            },
-        }
-    }
-}
-
 impl BuildError {
     /// What the failure means for the caller.
     pub fn kind(&self) -> FailureKind {
@@ -147,9 +88,9 @@ impl BuildError {
             BuildError::Shard { source, .. } => source.kind(),
             BuildError::Ledger(e) => e.kind(),
             BuildError::Remote { source, .. } if source.is_transient() => FailureKind::Retryable,
-            BuildError::Run(RunError::NotFound { .. }) => FailureKind::Usage,
-            BuildError::Run(RunError::TimedOut { .. }) => FailureKind::Retryable,
-            BuildError::Run(RunError::Failed { stderr_tail, .. })
+            BuildError::Local(LocalError::Run(RunError::NotFound { .. })) => FailureKind::Usage,
+            BuildError::Local(LocalError::Run(RunError::TimedOut { .. })) => FailureKind::Retryable,
+            BuildError::Local(LocalError::Run(RunError::Failed { stderr_tail, .. }))
                 if run_failure_is_transient(stderr_tail) =>
             {
                 FailureKind::Retryable

@@ -30,7 +30,7 @@ use chpart_core::{
     detached_part_name, Attempt, AttemptId, AttemptStaging, Destination, DiskPlace, LoadId,
     PartName, PublishIntent, RemotePath, StagingLayout,
 };
-use chpart_input::{ChType, InputError, TargetColumn};
+use chpart_input::{ChType, TargetColumn};
 use chpart_remote::{RemoteError, RemoteFs};
 use serde::Serialize;
 
