@@ -23,6 +23,7 @@ use crate::cli::{chpart, text};
 use crate::crash::{
     env_u64, kill_after, last_step, print_report, run_schedules, Pace, Rng, Schedules,
 };
+use crate::disks::files_under;
 
 const SPARK_PARTITIONS: u64 = 2;
 const KEY: &str = "intHash64(id)";
@@ -329,11 +330,7 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
             "SELECT count() FROM system.tables WHERE database = 'db' AND name LIKE 't{i}\\\\_\\\\_chpart%'"
         ));
         let staging = node.data_dir().join("chpart-staging");
-        let staged = walkdir::WalkDir::new(&staging)
-            .into_iter()
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type().is_file())
-            .count();
+        let staged = files_under(&staging).len();
         if (detached.trim(), tables.trim(), staged) != ("0", "0", 0) {
             return Err(format!(
                 "after gc: shard {}: {} in detached/, {} table(s) of the load, {staged} staged file(s)",

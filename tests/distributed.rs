@@ -9,6 +9,7 @@ use chpart_testenv::cluster::Cluster;
 
 use crate::build::{rows_select, write_rows, COLUMNS};
 use crate::cli::{chpart, text};
+use crate::disks::files_under;
 
 /// The table columns' order-independent fingerprint: count and checksum.
 fn fingerprint(table: &str) -> String {
@@ -241,11 +242,9 @@ impl ClusterSetup {
             );
             let staging = node.data_dir().join("chpart-staging");
             left.extend(
-                walkdir::WalkDir::new(&staging)
+                files_under(&staging)
                     .into_iter()
-                    .filter_map(Result::ok)
-                    .filter(|e| e.file_type().is_file())
-                    .map(|e| format!("shard {}: staged {}", node.shard_num, e.path().display())),
+                    .map(|path| format!("shard {}: staged {path}", node.shard_num)),
             );
         }
         left

@@ -12,6 +12,7 @@ use chpart_testenv::clickhouse::{shared, ClickHouse};
 use crate::build::{arrow_stream_of, rows_select, write_rows, Setup, COLUMNS, ENGINE};
 use crate::cli::{chpart, text};
 use crate::crash::kill_after;
+use crate::disks::files_under;
 
 fn fingerprint(ch: &ClickHouse, table: &str) -> String {
     ch.q(&format!(
@@ -72,11 +73,9 @@ fn leftovers(s: &Setup, load: &str) -> Vec<String> {
     );
     let staging = ch.data_dir.join("chpart-staging").join(load);
     left.extend(
-        walkdir::WalkDir::new(&staging)
+        files_under(&staging)
             .into_iter()
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type().is_file())
-            .map(|e| format!("staged {}", e.path().display())),
+            .map(|path| format!("staged {path}")),
     );
     let state = s.dir.path().join("state").join(load);
     if state.exists() {

@@ -26,6 +26,7 @@ use chpart_testenv::proxy::FaultProxy;
 use crate::build::{write_rows, COLUMNS};
 use crate::cli::{chpart, text};
 use crate::crash::{env_u64, kill_after, Pace, Rng};
+use crate::disks::files_under;
 
 const KEY: &str = "intHash64(id)";
 const ROWS_PER_HOUR: u64 = 2_000;
@@ -281,12 +282,7 @@ fn a_month_of_hourly_loads_under_faults_leaks_nothing() {
             "shard {}: only the tables the test made",
             node.shard_num
         );
-        let staged: Vec<_> = walkdir::WalkDir::new(node.data_dir().join("chpart-staging"))
-            .into_iter()
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type().is_file())
-            .map(|e| e.path().display().to_string())
-            .collect();
+        let staged = files_under(&node.data_dir().join("chpart-staging"));
         assert_eq!(
             staged,
             Vec::<String>::new(),
@@ -294,12 +290,7 @@ fn a_month_of_hourly_loads_under_faults_leaks_nothing() {
             node.shard_num
         );
     }
-    let work_files: Vec<_> = walkdir::WalkDir::new(&work_dir)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| e.path().display().to_string())
-        .collect();
+    let work_files = files_under(&work_dir);
     assert_eq!(
         work_files,
         Vec::<String>::new(),
