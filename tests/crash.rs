@@ -217,6 +217,36 @@ impl Harness {
     }
 }
 
+/// The end of one build attempt of a crash schedule (crash.rs, crash_cluster.rs): a `killable`
+/// one is SIGKILLed after a delay drawn from the builds' pace; `Ok(None)` when that kill landed,
+/// else the build's stdout (an error naming `attempt` if it failed). Only builds no kill
+/// threatened are timed for the pace.
+pub(crate) fn finish_build(
+    mut child: Child,
+    started: Instant,
+    killable: bool,
+    rng: &mut Rng,
+    pace: &mut Pace,
+    builds_killed: &mut u64,
+    attempt: &str,
+) -> Result<Option<Vec<u8>>, String> {
+    if killable {
+        let delay = pace.delay(rng);
+        if kill_after(&mut child, delay) {
+            *builds_killed += 1;
+            return Ok(None);
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    if out.status.code() != Some(0) {
+        return Err(format!("build {attempt}: {}", text(&out)));
+    }
+    if !killable {
+        pace.record(started.elapsed());
+    }
+    Ok(Some(out.stdout))
+}
+
 /// Waits up to `delay` for `child`; kills it (SIGKILL) if it still runs. Whether it was killed.
 pub fn kill_after(child: &mut Child, delay: Duration) -> bool {
     let until = Instant::now() + delay;
@@ -331,24 +361,15 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
                 input.to_str().unwrap(),
             ];
             let started = Instant::now();
-            let mut child = h.spawn(&args, None);
-            let mut timed = true;
-            if *a == "a" && rng.chance(50) {
-                timed = false;
-                let delay = tally.build_pace.delay(&mut rng);
-                if kill_after(&mut child, delay) {
-                    tally.builds_killed += 1;
-                    continue;
-                }
-            }
-            let out = child.wait_with_output().unwrap();
-            if out.status.code() != Some(0) {
-                return Err(format!("build {attempt}: {}", text(&out)));
-            }
-            if timed {
-                tally.build_pace.record(started.elapsed());
-            }
-            completed.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+            let child = h.spawn(&args, None);
+            let killable = *a == "a" && rng.chance(50);
+            let (pace, killed) = (&mut tally.build_pace, &mut tally.builds_killed);
+            let Some(stdout) =
+                finish_build(child, started, killable, &mut rng, pace, killed, &attempt)?
+            else {
+                continue;
+            };
+            completed.push(String::from_utf8_lossy(&stdout).trim().to_owned());
         }
         let pick = rng.below(completed.len() as u64) as usize;
         winners.push(completed.swap_remove(pick));

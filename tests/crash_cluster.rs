@@ -21,7 +21,7 @@ use chpart_testenv::cluster::Cluster;
 use crate::build::{write_rows, COLUMNS};
 use crate::cli::{chpart, text};
 use crate::crash::{
-    env_u64, kill_after, last_step, print_report, run_schedules, Pace, Rng, Schedules,
+    env_u64, finish_build, kill_after, last_step, print_report, run_schedules, Pace, Rng, Schedules,
 };
 use crate::disks::files_under;
 
@@ -217,25 +217,16 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
                 input.to_str().unwrap(),
             ];
             let started = Instant::now();
-            let mut child = h.spawn(&args, None);
-            let mut timed = true;
-            if *a == "a" && rng.chance(50) {
-                timed = false;
-                let delay = tally.build_pace.delay(&mut rng);
-                if kill_after(&mut child, delay) {
-                    tally.builds_killed += 1;
-                    continue;
-                }
-            }
-            let out = child.wait_with_output().unwrap();
-            if out.status.code() != Some(0) {
-                return Err(format!("build {attempt}: {}", text(&out)));
-            }
-            if timed {
-                tally.build_pace.record(started.elapsed());
-            }
+            let child = h.spawn(&args, None);
+            let killable = *a == "a" && rng.chance(50);
+            let (pace, killed) = (&mut tally.build_pace, &mut tally.builds_killed);
+            let Some(stdout) =
+                finish_build(child, started, killable, &mut rng, pace, killed, &attempt)?
+            else {
+                continue;
+            };
             completed.push(
-                String::from_utf8_lossy(&out.stdout)
+                String::from_utf8_lossy(&stdout)
                     .trim()
                     .lines()
                     .last()
