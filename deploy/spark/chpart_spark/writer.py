@@ -330,7 +330,7 @@ def write(df, table, load_id, config=None, mode="append", visibility="partition"
       replace as Spark's "overwrite"), when its jar is loadable in the session's JVM and no
       test hook is given; else through Python tasks (`mapInArrow`). "connector" or "python"
       insist on one. The connector lets only the attempt Spark's commit coordinator authorized
-      publish, and clusters and sorts the rows by the table's keys (one part per table
+      publish, and clusters the rows by the table's partition key (one part per table
       partition); the Python tasks keep the DataFrame's partitioning and every attempt
       publishes (`collect()` names the winners).
     - ``layout``: the connector's option `layout`: "table" (its default: the rows clustered by
