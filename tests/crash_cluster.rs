@@ -1,6 +1,7 @@
 //! The randomized crash harness across shards: random schedules over a 3-shard cluster (weights
 //! 1/2/3) of real servers. Each schedule begins a load of a Distributed table (partition or
-//! part visibility; append, replace over old rows, or a whole-table overwrite), builds every
+//! part visibility; append, replace over old rows, or a whole-table overwrite; about half of
+//! them over local tables on the JBOD storage policy of two more local disks), builds every
 //! Spark partition with attempts of which some are SIGKILLed at a random moment, then drives the
 //! cluster commit through random faults: commits SIGKILLed after a random delay (drawn from the
 //! measured pace, as in `tests/crash.rs`), a second commit racing the first, gc in between, one
@@ -16,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use chpart_testenv::cluster::Cluster;
+use chpart_testenv::clickhouse::JBOD_POLICY;
+use chpart_testenv::cluster::{Cluster, ClusterOptions};
 
 use crate::build::{write_rows, COLUMNS};
 use crate::cli::{chpart, text};
@@ -32,6 +34,8 @@ const KEY: &str = "intHash64(id)";
 struct Tally {
     schedules: u64,
     modes: BTreeMap<String, u64>,
+    /// Schedules whose local tables are on the JBOD policy.
+    jbod: u64,
     builds_killed: u64,
     commits_killed: u64,
     /// Commits killed, by the last step (and shard) they reported.
@@ -123,6 +127,14 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
         _ => "append",
     };
     *tally.modes.entry(mode.to_owned()).or_default() += 1;
+    // Drawn apart from the schedule's own draws, so a seed's other draws stay what they were.
+    let jbod = Rng(seed.rotate_left(29) | 1).chance(50);
+    tally.jbod += u64::from(jbod);
+    let policy = if jbod {
+        format!(" SETTINGS storage_policy = '{JBOD_POLICY}'")
+    } else {
+        String::new()
+    };
     let (local, dist, twin_local, twin) = (
         format!("t{i}"),
         format!("d{i}"),
@@ -133,7 +145,7 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
     for node in &h.cluster.nodes {
         for t in [&local, &twin_local] {
             node.server.q(&format!(
-                "CREATE TABLE db.{t} ({COLUMNS}) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id"
+                "CREATE TABLE db.{t} ({COLUMNS}) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id{policy}"
             ));
         }
     }
@@ -320,8 +332,10 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
         let tables = node.server.q(&format!(
             "SELECT count() FROM system.tables WHERE database = 'db' AND name LIKE 't{i}\\\\_\\\\_chpart%'"
         ));
-        let staging = node.data_dir().join("chpart-staging");
-        let staged = files_under(&staging).len();
+        let staged: usize = std::iter::once(node.data_dir())
+            .chain(node.server.disks.iter().map(PathBuf::as_path))
+            .map(|root| files_under(&root.join("chpart-staging")).len())
+            .sum();
         if (detached.trim(), tables.trim(), staged) != ("0", "0", 0) {
             return Err(format!(
                 "after gc: shard {}: {} in detached/, {} table(s) of the load, {staged} staged file(s)",
@@ -339,7 +353,11 @@ fn random_kill_schedules_across_shards_load_every_shard_exactly_once() {
     let schedules: u64 = env_u64("CRASH_CLUSTER_SCHEDULES", || 12);
     let base: u64 = env_u64("CRASH_SEED", chpart_core::retry::clock_seed);
     eprintln!("cluster crash harness: {schedules} schedule(s), CRASH_SEED={base}");
-    let cluster = Cluster::start("crash_cluster", &[1, 2, 3]);
+    let options = ClusterOptions {
+        jbod: true,
+        ..ClusterOptions::default()
+    };
+    let cluster = Cluster::start_with("crash_cluster", &[1, 2, 3], &options);
     for node in &cluster.nodes {
         node.server.q("CREATE DATABASE db");
     }
@@ -372,6 +390,7 @@ fn report(tally: &Tally, seed: u64, elapsed: Duration, last: bool) {
         "seed": seed,
         "seconds": elapsed.as_secs_f64().round(),
         "modes": tally.modes,
+        "jbod_schedules": tally.jbod,
         "builds_killed": tally.builds_killed,
         "commits_killed": tally.commits_killed,
         "commit_kills_by_last_step_and_shard": tally.kills_by_step,

@@ -69,6 +69,9 @@ pub struct ClusterOptions {
     pub user: Option<String>,
     /// Also start one sshd per node, listening on the node's address.
     pub sshd: bool,
+    /// Give every node the storage policy `jbod` of two more local disks
+    /// ([`ServerOptions::jbod`]).
+    pub jbod: bool,
 }
 
 /// One shard's server.
@@ -183,6 +186,7 @@ impl Cluster {
                             "{remote_servers}<macros><shard>{shard_num}</shard></macros>\n"
                         )),
                         user: options.user.clone(),
+                        jbod: options.jbod,
                         ..ServerOptions::default()
                     };
                     let (address, weight) = (spec.address, spec.weight);
