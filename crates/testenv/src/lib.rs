@@ -21,6 +21,7 @@
 
 pub mod clickhouse;
 pub mod cluster;
+mod http;
 pub mod loss;
 pub mod moto;
 pub mod proxy;

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
-use crate::clickhouse::http;
+use crate::http::http;
 use crate::{log_tail, project_root, scratch_dir, wait_until, INSTALL_HINT};
 
 /// How long moto may take to print its port and answer (about 1 s here; CI is slow).
