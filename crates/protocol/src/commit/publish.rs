@@ -3,8 +3,22 @@
 
 use super::*;
 
-/// Marks a MOVE among the publish statements (a REPLACE carries the target's highest block).
-pub(super) const MOVE: u64 = u64::MAX;
+/// Partitions moved by one `ALTER` (its text stays far below the server's `max_query_size`).
+const MOVES_PER_ALTER: usize = 100;
+
+/// One `ALTER` of `shadow` that moves each of `ids` into `target`.
+fn move_partitions_sql(shadow: &str, target: &str, ids: &[PartitionId]) -> String {
+    let commands: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            format!(
+                "MOVE PARTITION ID {} TO TABLE {target}",
+                quote_str(id.as_str())
+            )
+        })
+        .collect();
+    format!("ALTER TABLE {shadow} {}", commands.join(", "))
+}
 
 /// The recorded `publish:<id>` intents of a load, with the target's highest block number each
 /// recorded (`None` for an intent without it: every part not a copy counts as arrived since).
@@ -87,7 +101,8 @@ pub(super) async fn publish_partitions(
             Mode::Append | Mode::Overwrite => BTreeMap::new(),
         };
         let mut confirmed = Vec::new();
-        let mut statements = Vec::new();
+        // Partitions to MOVE; REPLACE statements with the target partition's highest block.
+        let (mut moves, mut replaces) = (Vec::new(), Vec::new());
         for partition in &plan.to_publish() {
             let pid = partition.partition_id.as_str();
             let shadow_hashes = in_shadow.hashes_by_partition.get(pid);
@@ -125,17 +140,10 @@ pub(super) async fn publish_partitions(
             match decide_partition(spec.mode, &facts) {
                 PartitionStep::Skip => {}
                 PartitionStep::RecordPublished => confirmed.push(CommitEntry::Published(id)),
-                PartitionStep::Move => statements.push((
-                    id,
-                    MOVE,
-                    format!(
-                        "ALTER TABLE {shadow} MOVE PARTITION ID {} TO TABLE {target}",
-                        quote_str(pid)
-                    ),
-                )),
+                PartitionStep::Move => moves.push(id),
                 // Emptying: the shadow has no part of it, and 26.9 refuses to replace a
                 // partition by nothing unless told to (DROP PARTITION would do the same).
-                PartitionStep::Replace => statements.push((
+                PartitionStep::Replace => replaces.push((
                     id,
                     max_block,
                     format!(
@@ -168,18 +176,16 @@ pub(super) async fn publish_partitions(
         for entry in confirmed {
             p.progress.note(entry);
         }
-        let again = !statements.is_empty();
+        let again = !moves.is_empty() || !replaces.is_empty();
         // A replace intent's body holds the target partition's highest block number so far:
         // whatever covers a higher one and is not a copy of the shadow's arrived since.
-        let intents: Vec<(CommitEntry, String)> = statements
+        let intents: Vec<(CommitEntry, String)> = moves
             .iter()
-            .map(|(id, max_block, _)| {
-                let body = match *max_block {
-                    MOVE => "{}".to_owned(),
-                    max => serde_json::json!({ "target_max_block": max }).to_string(),
-                };
+            .map(|id| (CommitEntry::PublishIntent(id.clone()), "{}".to_owned()))
+            .chain(replaces.iter().map(|(id, max_block, _)| {
+                let body = serde_json::json!({ "target_max_block": max_block }).to_string();
                 (CommitEntry::PublishIntent(id.clone()), body)
-            })
+            }))
             .collect();
         if !p.decided {
             p.decide(env, intents).await?;
@@ -187,20 +193,40 @@ pub(super) async fn publish_partitions(
             record(env, &spec.load, &mut p.progress, intents).await?;
         }
         let mut unconfirmed = false;
-        for (id, max_block, sql) in statements {
-            let is_move = max_block == MOVE;
+        // MOVEs go many to one ALTER: the server runs its commands one after the other, so a
+        // failure or a crash inside it leaves some partitions moved and the rest not, which
+        // is the state a crash between two single MOVEs leaves, and the next observation
+        // tells which (their intents are recorded). One statement instead of one per
+        // partition: a bulk reload's 24 MOVEs cost the server more than the rest of the
+        // publish phase.
+        for chunk in moves.chunks(MOVES_PER_ALTER) {
+            // One event per partition still, each with the statement's outcome.
+            let steps: Vec<Step> = chunk
+                .iter()
+                .map(|id| step_of(spec, "commit.publish_partition").partition(id))
+                .collect();
+            crash_point("before-publish");
+            let result = server
+                .execute(&move_partitions_sql(&shadow, &target, chunk))
+                .await;
+            for step in steps {
+                step.end(result.as_ref().map(|_| ())).ok();
+            }
+            result?;
+            crash_point("after-publish");
+            // An ALTER that returned has moved every partition it names.
+            for id in chunk {
+                p.progress.note(CommitEntry::Published(id.clone()));
+            }
+        }
+        for (id, _, sql) in replaces {
             crash_point("before-publish");
             let step = step_of(spec, "commit.publish_partition").partition(&id);
             step.end(server.execute(&sql).await)?;
             crash_point("after-publish");
-            // A MOVE that returned has moved the partition; a REPLACE is confirmed by the next
-            // observation (target hashes equal to the shadow's), since upstream it is not
-            // crash-atomic.
-            if is_move {
-                p.progress.note(CommitEntry::Published(id));
-            } else {
-                unconfirmed = true;
-            }
+            // A REPLACE is confirmed by the next observation (target hashes equal to the
+            // shadow's), since upstream it is not crash-atomic.
+            unconfirmed = true;
         }
         if !again || !unconfirmed {
             // Every partition is published now: no need to observe again.
@@ -214,4 +240,22 @@ pub(super) async fn publish_partitions(
         load: spec.load.clone(),
         part: "(a partition that does not settle)".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_alter_moves_every_partition_it_names() {
+        let ids: Vec<PartitionId> = ["202601", "all"]
+            .iter()
+            .map(|id| PartitionId::new(*id).unwrap())
+            .collect();
+        assert_eq!(
+            move_partitions_sql("`db`.`s`", "`db`.`t`", &ids),
+            "ALTER TABLE `db`.`s` MOVE PARTITION ID '202601' TO TABLE `db`.`t`, \
+             MOVE PARTITION ID 'all' TO TABLE `db`.`t`"
+        );
+    }
 }
