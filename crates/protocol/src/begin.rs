@@ -269,7 +269,15 @@ pub async fn begin_on(
 
     // Refused before anything is created: a table whose policy has no local disk to stage
     // on (the shadow, made `AS` the target, would have the same policy).
-    let target_disks = resolve_disks(server, &req.target, &target_snapshot, &req.staging).await?;
+    let mut disk_facts = None;
+    let target_disks = resolve_disks(
+        server,
+        &req.target,
+        &target_snapshot,
+        &req.staging,
+        &mut disk_facts,
+    )
+    .await?;
     let (publish, publish_snapshot) = match req.visibility {
         Visibility::Part => (req.target.clone(), target_snapshot.clone()),
         Visibility::Partition => {
@@ -309,7 +317,14 @@ pub async fn begin_on(
     let publish_disks = if publish == req.target {
         target_disks
     } else {
-        resolve_disks(server, &publish, &publish_snapshot, &req.staging).await?
+        resolve_disks(
+            server,
+            &publish,
+            &publish_snapshot,
+            &req.staging,
+            &mut disk_facts,
+        )
+        .await?
     };
     let server_version = server.version().await?;
     if let Some(local) = &req.clickhouse_local_version {
@@ -358,39 +373,64 @@ pub(crate) async fn open_load(
     }
 }
 
+/// What the server says of its disks and of one storage policy's volumes: read once per
+/// `begin`, for the target and its shadow (made `AS` the target: the same policy).
+struct DiskFacts {
+    policy: String,
+    disks: Vec<DiskInfo>,
+    volumes: Vec<VolumeInfo>,
+}
+
+impl DiskFacts {
+    async fn read(server: &dyn ClickHouseServer, policy: &str) -> Result<DiskFacts, BeginError> {
+        let disks = server
+            .disks()
+            .await?
+            .into_iter()
+            .map(|d| DiskInfo {
+                local: d.disk_type == "Local" && !d.is_remote,
+                name: d.name,
+                path: d.path,
+            })
+            .collect();
+        let volumes = server
+            .policy_volumes(policy)
+            .await?
+            .into_iter()
+            .map(|v| VolumeInfo {
+                name: v.volume_name,
+                priority: v.volume_priority,
+                disks: v.disks,
+            })
+            .collect();
+        Ok(DiskFacts {
+            policy: policy.to_owned(),
+            disks,
+            volumes,
+        })
+    }
+}
+
 /// The disks of `table` a load publishes parts to, each with its staging root (see
-/// `chpart_core::destination`): the local disks of its storage policy's first volume.
+/// `chpart_core::destination`): the local disks of its storage policy's first volume. `facts`
+/// are read again if they are of another policy than the table's.
 async fn resolve_disks(
     server: &dyn ClickHouseServer,
     table: &TableRef,
     snapshot: &TableSnapshot,
     roots: &StagingRoots,
+    facts: &mut Option<DiskFacts>,
 ) -> Result<Vec<DiskPlace>, BeginError> {
-    let disks: Vec<DiskInfo> = server
-        .disks()
-        .await?
-        .into_iter()
-        .map(|d| DiskInfo {
-            local: d.disk_type == "Local" && !d.is_remote,
-            name: d.name,
-            path: d.path,
-        })
-        .collect();
-    let volumes: Vec<VolumeInfo> = server
-        .policy_volumes(&snapshot.storage_policy)
-        .await?
-        .into_iter()
-        .map(|v| VolumeInfo {
-            name: v.volume_name,
-            priority: v.volume_priority,
-            disks: v.disks,
-        })
-        .collect();
+    let policy = snapshot.storage_policy.as_str();
+    if facts.as_ref().is_none_or(|f| f.policy != policy) {
+        *facts = Some(DiskFacts::read(server, policy).await?);
+    }
+    let facts = facts.as_ref().expect("read just above");
     publish_disks(
-        &snapshot.storage_policy,
+        policy,
         &snapshot.data_paths,
-        &disks,
-        &volumes,
+        &facts.disks,
+        &facts.volumes,
         roots,
     )
     .map_err(|e| BeginError::Unsupported {
