@@ -165,6 +165,45 @@ fn begin_exit_codes() {
     }
 }
 
+/// `plan` of a MergeTree table: the whole picture (its host ready, the keys), and with `--keys`
+/// the keys alone; either way nothing is written (no ledger database).
+#[test]
+fn plan_of_a_table_and_its_keys_alone() {
+    let ch = shared();
+    let db = TestDb::new(ch, "cli_plan");
+    ch.q(&format!("CREATE TABLE `{}`.events (ts DateTime, id UInt64) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id", db.name));
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_db = format!("{}_ledger", db.name);
+    let config = local_config(dir.path(), ch, &ledger_db);
+    let table = format!("{}.events", db.name);
+    let plan = |extra: &[&str]| {
+        let mut args = vec!["plan", "--table", &table, "--json"];
+        args.extend(extra);
+        let out = run_with(&config, &args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let full = plan(&[]);
+    assert_eq!(full["partition_key"], "toYYYYMM(ts)", "{full}");
+    assert_eq!(full["sorting_key"], "id", "{full}");
+    assert_eq!(full["hosts"][0]["filesystem_reachable"], true, "{full}");
+    let keys = plan(&["--keys"]);
+    assert_eq!(keys["partition_key"], "toYYYYMM(ts)", "{keys}");
+    assert_eq!(keys["sorting_key"], "id", "{keys}");
+    assert_eq!(keys["hosts"], serde_json::json!([]), "{keys}");
+    assert_eq!(
+        ch.q(&format!(
+            "SELECT count() FROM system.databases WHERE name = '{ledger_db}'"
+        )),
+        "0\n"
+    );
+    let missing = run_with(
+        &config,
+        &["plan", "--table", &format!("{}.nope", db.name), "--keys"],
+    );
+    assert_eq!(missing.status.code(), Some(4), "{}", text(&missing));
+}
+
 #[test]
 fn a_build_with_no_config_file_runs_on_the_document_the_driver_resolved() {
     // As on a Spark executor: the driver resolves the config once (`chpart config`, a file plus

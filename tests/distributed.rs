@@ -523,6 +523,14 @@ fn plan_shows_the_topology_and_names_a_host_that_does_not_answer() {
             "0\n"
         );
     }
+    // The keys alone (what the Spark connector asks on every write): the same keys, no host.
+    let out = s.run(&["plan", "--table", "db.events", "--json", "--keys"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let keys: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(keys["cluster"], "dist_plan", "{keys}");
+    assert_eq!(keys["partition_key"], "toYYYYMM(ts)", "{keys}");
+    assert_eq!(keys["sorting_key"], "id", "{keys}");
+    assert_eq!(keys["hosts"], serde_json::json!([]), "{keys}");
     // A shard down: exit 3, the shard named; the text form says so too.
     s.cluster.nodes[1].server.stop();
     let out = s.run(&["plan", "--table", "db.events"]);
@@ -530,6 +538,14 @@ fn plan_shows_the_topology_and_names_a_host_that_does_not_answer() {
     let shown = text(&out);
     assert!(shown.contains("shard 2 weight 2"), "{shown}");
     assert!(shown.contains("PROBLEM"), "{shown}");
+    // The keys still come from a shard that answers.
+    let out = s.run(&["plan", "--table", "db.events", "--keys"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("PARTITION BY toYYYYMM(ts), ORDER BY id"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

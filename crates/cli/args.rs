@@ -135,6 +135,12 @@ pub struct PlanArgs {
     /// One JSON object on stdout instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Only the table's keys: PARTITION BY and ORDER BY (for a Distributed table also its
+    /// cluster, sharding key and local table, the keys from the first shard that answers). No
+    /// filesystem is reached and no host is checked, so it says nothing of whether a load could
+    /// begin. What the Spark connector asks on every write to lay out its rows.
+    #[arg(long)]
+    pub keys: bool,
 }
 
 #[derive(Debug, clap::Args)]

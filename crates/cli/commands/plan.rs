@@ -22,6 +22,11 @@ pub fn run_plan(args: PlanArgs) -> Result<ExitCode, Failure> {
             &reach,
             &table,
             &host_name,
+            if args.keys {
+                chpart_protocol::api::PlanScope::Keys
+            } else {
+                chpart_protocol::api::PlanScope::Full
+            },
         ))
         .map_err(|e| Failure::new(e.kind(), e))?;
     if args.json {
@@ -40,6 +45,9 @@ pub fn run_plan(args: PlanArgs) -> Result<ExitCode, Failure> {
             if let Some(routing) = &topology.routing {
                 println!("  shard of a row: {routing}");
             }
+        }
+        if let (Some(partition), Some(sorting)) = (&topology.partition_key, &topology.sorting_key) {
+            println!("  PARTITION BY {partition}, ORDER BY {sorting}");
         }
         for h in &topology.hosts {
             println!(
@@ -72,9 +80,22 @@ pub fn run_plan(args: PlanArgs) -> Result<ExitCode, Failure> {
         for p in &topology.problems {
             println!("  PROBLEM: {p}");
         }
-        if topology.ready() {
+        if topology.ready() && !args.keys {
             println!("  ready: a load can begin");
         }
+    }
+    if args.keys {
+        // Only the keys were asked for: no host was checked, so nothing is said of a load.
+        return match topology.partition_key {
+            Some(_) => Ok(exit::ok()),
+            None => Err(Failure::new(
+                FailureKind::Retryable,
+                anyhow::anyhow!(
+                    "{}: no shard answered with its keys (see above)",
+                    topology.table
+                ),
+            )),
+        };
     }
     if topology.ready() {
         Ok(exit::ok())

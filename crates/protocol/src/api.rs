@@ -16,7 +16,7 @@ use crate::ledger::LoadSpec;
 use crate::reach::Reach;
 use crate::store::Ledger;
 
-pub use crate::topology::{plan, HostPlan, Topology};
+pub use crate::topology::{plan, HostPlan, PlanScope, Topology};
 
 /// `begin` of any load: into a Distributed table ([`begin_cluster`]) or into one table on the
 /// ledger's server ([`crate::begin::begin`]).

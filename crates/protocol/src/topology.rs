@@ -1,6 +1,7 @@
 //! What a load of a table would use (`chpart plan`), writing nothing: for a Distributed table
 //! every shard (weight, host, HTTP endpoint, version), the sharding key and routing; for every
-//! host the disks parts would go to and whether its server and filesystem answer.
+//! host the disks parts would go to and whether its server and filesystem answer. Or, with
+//! [`PlanScope::Keys`], only the table's keys (what a Spark write's layout needs).
 
 use chpart_core::routing::{DistributedEngine, Routing, ShardWeight, ShardingKey};
 use chpart_core::{IdError, TableRef};
@@ -159,6 +160,18 @@ async fn plan_host(reach: &dyn Reach, mut host: HostPlan, table: &TableRef) -> H
     host
 }
 
+/// How much [`plan`] finds out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanScope {
+    /// Every host's server, disks and filesystem: whether a load could begin now.
+    Full,
+    /// The table's keys only (`partition_key`, `sorting_key`; for a Distributed table its
+    /// cluster, sharding key and its local table's keys from the first shard that answers): no
+    /// filesystem is reached, no disk checked, `hosts` left empty. What a Spark write's layout
+    /// asks for on every write, at a few statements' cost.
+    Keys,
+}
+
 /// Resolves what a load of `table` would use, reaching every host, writing nothing: the
 /// cluster's shards with weights, hosts, URLs, versions, the table's definition on each, the
 /// disks parts would go to with their staging roots, and whether every host's server and
@@ -168,6 +181,7 @@ pub async fn plan(
     reach: &dyn Reach,
     table: &TableRef,
     host_name: &str,
+    scope: PlanScope,
 ) -> Result<Topology, BeginError> {
     let (db, name) = (table.database.as_str(), table.table.as_str());
     let info = server
@@ -205,6 +219,9 @@ pub async fn plan(
     if info.engine != "Distributed" {
         topology.partition_key = Some(info.partition_key.clone());
         topology.sorting_key = Some(info.sorting_key.clone());
+        if scope == PlanScope::Keys {
+            return Ok(topology);
+        }
         let one = host(1, 1, host_name, server.endpoint().to_owned());
         topology.hosts.push(plan_host(reach, one, table).await);
         return Ok(topology);
@@ -255,6 +272,26 @@ pub async fn plan(
                 topology.hosts.push(plan);
             }
         }
+    }
+    if scope == PlanScope::Keys {
+        for h in &hosts {
+            let (db, name) = (local.database.as_str(), local.table.as_str());
+            match reach.server(&h.url).table_info(db, name).await {
+                Ok(Some(info)) => {
+                    topology.partition_key = Some(info.partition_key);
+                    topology.sorting_key = Some(info.sorting_key);
+                    break;
+                }
+                Ok(None) => topology.problems.push(format!(
+                    "shard {}: {local} does not exist at {}",
+                    h.shard_num, h.url
+                )),
+                Err(e) => topology
+                    .problems
+                    .push(format!("shard {}: server {}: {e}", h.shard_num, h.url)),
+            }
+        }
+        return Ok(topology);
     }
     let planned = join_all(hosts.into_iter().map(|h| plan_host(reach, h, &local))).await;
     topology.hosts.extend(planned);

@@ -54,7 +54,7 @@ final class Layout {
   }
 
   /**
-   * The layout for the table, asked from `chpart plan` on the driver; none if it cannot say.
+   * The layout for the table, asked from `chpart plan --keys` on the driver; none if it cannot say.
    *
    * @param catalogFunctions whether Spark resolves this write's functions in a ChpartCatalog (the
    *     table came from one): only then can a key of functions be clustered by
@@ -65,7 +65,8 @@ final class Layout {
     }
     JsonNode plan;
     try {
-      plan = options.cli().runJson("plan", List.of("--table", options.table), "table " + options.table);
+      // --keys: the keys alone (a few statements, no host's filesystem reached), on every write.
+      plan = options.cli().runJson("plan", List.of("--table", options.table, "--keys"), "table " + options.table);
     } catch (ChpartException e) {
       LOG.warn("chpart: no layout for {} (chpart plan failed; chpart begin will say more): {}", options.table,
           e.getMessage());
