@@ -5,6 +5,7 @@
 mod build;
 mod cleanup;
 mod cli;
+mod clock;
 mod cluster;
 mod commit;
 mod crash;

@@ -19,7 +19,7 @@ use crate::ledger::STDIN_DIGEST;
 use crate::ledger::{entry, kind, LoadInputs, LoadSpec, LoadState, Mode, Visibility};
 use crate::shards::ShardOf;
 use crate::snapshot::TableSnapshot;
-use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
+use crate::store::{Ledger, LedgerStoreError};
 
 /// What the driver asks for.
 #[derive(Debug, Clone)]
@@ -334,7 +334,8 @@ pub async fn begin_on(
         cluster: None,
         shard_of: req.shard_of.clone(),
         inputs: req.inputs.clone(),
-        opened_at_unix_ms: now_unix_ms(),
+        // The ledger server's clock, as every entry's `written_at`: gc ages the load by it.
+        opened_at_unix_ms: ledger.server_now_ms().await?,
     };
     open_load(ledger, req, spec).await
 }

@@ -287,7 +287,8 @@ pub async fn begin_cluster(
         cluster: Some(cluster),
         shard_of: None,
         inputs: req.inputs.clone(),
-        opened_at_unix_ms: now_unix_ms(),
+        // The ledger server's clock, as every entry's `written_at`: gc ages the load by it.
+        opened_at_unix_ms: ledger.server_now_ms().await?,
     };
     crate::begin::open_load(ledger, req, spec).await
 }

@@ -195,6 +195,7 @@ forward_server! {
             = "ledger_entries", params.first().map(|(_, v)| *v).unwrap_or("");
         fn version(&self) -> String = "version", "";
         fn timezone(&self) -> String = "timezone", "";
+        fn now_unix_ms(&self) -> i64 = "now_unix_ms", "";
         fn database_exists(&self, database: &str) -> bool = "database_exists", database;
         fn database_engine(&self, database: &str) -> Option<String>
             = "database_engine", database;

@@ -442,6 +442,10 @@ pub trait ClickHouseServer: Send + Sync + fmt::Debug {
     /// one, so the zone their partition keys are computed in.
     async fn timezone(&self) -> Result<String, ServerError>;
 
+    /// The server's clock (`now64(3)`), in ms since the Unix epoch: the clock every
+    /// `DEFAULT now64()` column the server fills is written with.
+    async fn now_unix_ms(&self) -> Result<i64, ServerError>;
+
     /// Whether `database` exists.
     async fn database_exists(&self, database: &str) -> Result<bool, ServerError>;
 
@@ -577,6 +581,12 @@ impl ClickHouseServer for Server {
     async fn timezone(&self) -> Result<String, ServerError> {
         let sql = "SELECT timezone()";
         self.run(sql, self.client.query_raw(sql).fetch_one::<String>())
+            .await
+    }
+
+    async fn now_unix_ms(&self) -> Result<i64, ServerError> {
+        let sql = "SELECT toInt64(toUnixTimestamp64Milli(now64(3)))";
+        self.run(sql, self.client.query_raw(sql).fetch_one::<i64>())
             .await
     }
 
