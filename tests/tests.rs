@@ -15,6 +15,7 @@ mod distributed;
 mod engines;
 mod events;
 mod faults;
+mod grants;
 mod launcher;
 mod load;
 mod overwrite;
