@@ -10,6 +10,7 @@ mod cluster;
 mod commit;
 mod crash;
 mod crash_cluster;
+mod disk_full;
 mod disks;
 mod distributed;
 mod engines;
