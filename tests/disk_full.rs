@@ -14,8 +14,7 @@ use chpart_testenv::smallfs::SmallFs;
 
 use crate::build::{rows_select, write_rows, COLUMNS};
 use crate::cli::{chpart, text};
-use crate::disks::files_under;
-use crate::distributed::{cluster_config, over_sftp_config};
+use crate::distributed::{cluster_config, fingerprint, leftovers, over_sftp_config};
 
 const ENGINE: &str = "ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id";
 
@@ -32,27 +31,6 @@ fn build(config: &Path, attempt: &str, input: &Path) -> Output {
         .arg(input)
         .output()
         .unwrap()
-}
-
-/// What any shard holds of a load: `detached/` entries of `db`, staged files.
-fn leftovers(cluster: &Cluster) -> Vec<String> {
-    let mut left = Vec::new();
-    for node in &cluster.nodes {
-        let detached = node
-            .server
-            .q("SELECT name FROM system.detached_parts WHERE database = 'db' ORDER BY name");
-        left.extend(
-            detached
-                .lines()
-                .map(|l| format!("shard {}: detached {l}", node.shard_num)),
-        );
-        left.extend(
-            files_under(&node.data_dir().join("chpart-staging"))
-                .into_iter()
-                .map(|path| format!("shard {}: staged {path}", node.shard_num)),
-        );
-    }
-    left
 }
 
 #[test]
@@ -144,8 +122,6 @@ fn a_full_disk_on_one_shard_fails_the_build_cleanly_and_a_rerun_after_freeing_sp
     entry.q(&format!(
         "INSERT INTO db.twin SELECT * FROM ({rows}) SETTINGS insert_distributed_sync = 1"
     ));
-    let fingerprint =
-        |table: &str| format!("SELECT count(), sum(cityHash64(ts, id, name, score)) FROM {table}");
     for node in &cluster.nodes {
         assert_eq!(
             node.server.q(&fingerprint("db.local")),

@@ -12,7 +12,7 @@ use crate::cli::{chpart, text};
 use crate::disks::files_under;
 
 /// The table columns' order-independent fingerprint: count and checksum.
-fn fingerprint(table: &str) -> String {
+pub(crate) fn fingerprint(table: &str) -> String {
     format!("SELECT count(), sum(cityHash64(ts, id, name, score)) FROM {table}")
 }
 
@@ -199,25 +199,31 @@ impl ClusterSetup {
 
     /// Everything left in `db.local`'s detached/ on every shard, and every staged file.
     fn leftovers(&self) -> Vec<String> {
-        let mut left = Vec::new();
-        for node in &self.cluster.nodes {
-            let detached = node
-                .server
-                .q("SELECT name FROM system.detached_parts WHERE database = 'db' ORDER BY name");
-            left.extend(
-                detached
-                    .lines()
-                    .map(|l| format!("shard {}: detached {l}", node.shard_num)),
-            );
-            let staging = node.data_dir().join("chpart-staging");
-            left.extend(
-                files_under(&staging)
-                    .into_iter()
-                    .map(|path| format!("shard {}: staged {path}", node.shard_num)),
-            );
-        }
-        left
+        leftovers(&self.cluster)
     }
+}
+
+/// Everything left in `db`'s detached/ on every shard of `cluster`, and every file staged
+/// under a shard's `chpart-staging`.
+pub(crate) fn leftovers(cluster: &Cluster) -> Vec<String> {
+    let mut left = Vec::new();
+    for node in &cluster.nodes {
+        let detached = node
+            .server
+            .q("SELECT name FROM system.detached_parts WHERE database = 'db' ORDER BY name");
+        left.extend(
+            detached
+                .lines()
+                .map(|l| format!("shard {}: detached {l}", node.shard_num)),
+        );
+        let staging = node.data_dir().join("chpart-staging");
+        left.extend(
+            files_under(&staging)
+                .into_iter()
+                .map(|path| format!("shard {}: staged {path}", node.shard_num)),
+        );
+    }
+    left
 }
 
 /// A chpart config for `cluster` in `dir` (`chpart.toml`; builds work in `dir/work`): shard 1

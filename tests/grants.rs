@@ -1,7 +1,8 @@
 //! A ClickHouse user that lacks a privilege a load needs: `begin` refuses it, naming the
 //! privilege, the user and the table, before anything is created; it never gets as far as a
-//! commit that attaches parts it cannot publish. A user holding exactly the privileges
-//! `chpart_protocol::grants::needed` lists loads in every mode; so does `default`.
+//! commit that attaches parts it cannot publish. A user holding exactly what the operations
+//! guide lists (which `begin` checks against `chpart_protocol::grants::needed`) loads in every
+//! mode; so does `default`.
 
 use std::path::Path;
 use std::process::Output;
@@ -16,26 +17,57 @@ use crate::cli::text;
 const DB: &str = "grants";
 const LEDGER_DB: &str = "grants_ledger";
 
-/// On the test's database, what a load in any mode needs there (see `chpart_protocol::grants`).
-const ON_TABLES: &str =
-    "SELECT, INSERT, ALTER DELETE, CREATE TABLE, DROP TABLE, SYSTEM MERGES, CHECK";
+/// The GRANT statements the operations guide gives a least-privilege user (its `sql` block),
+/// for the test's database and ledger: the test loads with exactly what the guide says.
+fn documented_grants() -> Vec<String> {
+    let guide = include_str!("../docs/operations.md");
+    let section = &guide[guide
+        .find("## Least-privilege ClickHouse user")
+        .expect("the guide has the section")..];
+    let block = section
+        .split("```sql\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the section has an sql block");
+    let text: String = block
+        .lines()
+        .map(|l| l.split("--").next().unwrap().trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    text.split(';')
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .map(|g| {
+            g.replace(" ON chpart.*", &format!(" ON {LEDGER_DB}.*"))
+                .replace(" ON db.*", &format!(" ON {DB}.*"))
+        })
+        .collect()
+}
 
-/// A user holding what every load needs, but `ON_TABLES` without `lacking`.
+/// A user holding what the guide lists, but `lacking` on the test's database.
 fn user(name: &str, lacking: Option<&str>) -> ServerUser {
-    let on_tables: Vec<&str> = ON_TABLES
-        .split(", ")
-        .filter(|p| Some(*p) != lacking)
+    let on_db = format!(" ON {DB}.*");
+    let grants = documented_grants()
+        .into_iter()
+        .map(|g| match (g.strip_suffix(&on_db), lacking) {
+            (Some(privileges), Some(lacking)) => {
+                let kept: Vec<&str> = privileges
+                    .trim_start_matches("GRANT ")
+                    .split(", ")
+                    .filter(|p| *p != lacking)
+                    .collect();
+                assert!(
+                    kept.len() < privileges.split(", ").count(),
+                    "{lacking} not in {g}"
+                );
+                format!("GRANT {}{on_db}", kept.join(", "))
+            }
+            _ => g,
+        })
         .collect();
     ServerUser {
         name: name.to_owned(),
-        grants: vec![
-            format!("GRANT CREATE DATABASE, CREATE TABLE, SELECT, INSERT ON {LEDGER_DB}.*"),
-            "GRANT TABLE ENGINE ON MergeTree".to_owned(),
-            "GRANT SELECT ON system.disks, SELECT ON system.storage_policies, SELECT ON system.parts, \
-             SELECT ON system.detached_parts, SELECT ON system.processes, SELECT ON system.mutations"
-                .to_owned(),
-            format!("GRANT {} ON {DB}.*", on_tables.join(", ")),
-        ],
+        grants,
     }
 }
 
@@ -125,6 +157,7 @@ fn a_user_lacking_a_grant_the_commit_needs_is_refused_at_begin_with_nothing_crea
         let out = s.begin("g-1", &["--visibility", visibility]);
         assert_eq!(out.status.code(), Some(4), "{}", text(&out));
         let message = text(&out);
+        eprintln!("begin as chpart_no_insert, {visibility} visibility: {message}");
         for word in [
             "user chpart_no_insert",
             "INSERT ON grants.events",
