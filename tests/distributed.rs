@@ -12,7 +12,7 @@ use crate::cli::{chpart, text};
 use crate::disks::files_under;
 
 /// The table columns' order-independent fingerprint: count and checksum.
-fn fingerprint(table: &str) -> String {
+pub(crate) fn fingerprint(table: &str) -> String {
     format!("SELECT count(), sum(cityHash64(ts, id, name, score)) FROM {table}")
 }
 
@@ -43,38 +43,7 @@ impl ClusterSetup {
             Cluster::start_with_sshd(name, weights, Some("clickhouse")),
             key,
         );
-        let first = s.cluster.nodes[0].sshd.as_ref().unwrap();
-        let mut text = std::fs::read_to_string(&s.config)
-            .unwrap()
-            .replace("kind = \"local\"", "kind = \"sftp\"");
-        text.push_str(&format!(
-            "[ssh]\nhost = \"{}\"\nport = {}\nuser = \"clickhouse\"\nidentity_file = \"{}\"\nknown_hosts = \"{}\"\n",
-            first.host,
-            first.port,
-            first.client_key.display(),
-            first.known_hosts.display()
-        ));
-        let hosts: Vec<String> = s
-            .cluster
-            .nodes
-            .iter()
-            .map(|node| {
-                let sshd = node.sshd.as_ref().unwrap();
-                format!(
-                    "[[hosts]]\nname = \"{}\"\nstaging_root = \"{}\"\nssh_port = {}\nidentity_file = \"{}\"\nknown_hosts = \"{}\"\n",
-                    node.address,
-                    node.data_dir().join("chpart-staging").display(),
-                    sshd.port,
-                    sshd.client_key.display(),
-                    sshd.known_hosts.display()
-                )
-            })
-            .collect();
-        // The [[hosts]] written for the local transport are replaced by these.
-        let start = text.find("[[hosts]]").unwrap();
-        let ssh = text.find("[ssh]").unwrap();
-        text = format!("{}{}{}", &text[..start], &text[ssh..], hosts.concat());
-        std::fs::write(&s.config, text).unwrap();
+        over_sftp_config(&s.cluster, &s.config);
         s
     }
 
@@ -230,25 +199,31 @@ impl ClusterSetup {
 
     /// Everything left in `db.local`'s detached/ on every shard, and every staged file.
     fn leftovers(&self) -> Vec<String> {
-        let mut left = Vec::new();
-        for node in &self.cluster.nodes {
-            let detached = node
-                .server
-                .q("SELECT name FROM system.detached_parts WHERE database = 'db' ORDER BY name");
-            left.extend(
-                detached
-                    .lines()
-                    .map(|l| format!("shard {}: detached {l}", node.shard_num)),
-            );
-            let staging = node.data_dir().join("chpart-staging");
-            left.extend(
-                files_under(&staging)
-                    .into_iter()
-                    .map(|path| format!("shard {}: staged {path}", node.shard_num)),
-            );
-        }
-        left
+        leftovers(&self.cluster)
     }
+}
+
+/// Everything left in `db`'s detached/ on every shard of `cluster`, and every file staged
+/// under a shard's `chpart-staging`.
+pub(crate) fn leftovers(cluster: &Cluster) -> Vec<String> {
+    let mut left = Vec::new();
+    for node in &cluster.nodes {
+        let detached = node
+            .server
+            .q("SELECT name FROM system.detached_parts WHERE database = 'db' ORDER BY name");
+        left.extend(
+            detached
+                .lines()
+                .map(|l| format!("shard {}: detached {l}", node.shard_num)),
+        );
+        let staging = node.data_dir().join("chpart-staging");
+        left.extend(
+            files_under(&staging)
+                .into_iter()
+                .map(|path| format!("shard {}: staged {path}", node.shard_num)),
+        );
+    }
+    left
 }
 
 /// A chpart config for `cluster` in `dir` (`chpart.toml`; builds work in `dir/work`): shard 1
@@ -288,6 +263,44 @@ pub(crate) fn cluster_config(
     let config = dir.join("chpart.toml");
     std::fs::write(&config, text).unwrap();
     config
+}
+
+/// Rewrites `config` (a [`cluster_config`] of `cluster`, started with an sshd per node and
+/// servers running as `clickhouse`) to reach every shard's filesystem over SFTP as that user:
+/// `[ssh]` for the entry server, `[[hosts]]` for each (its own address, port, host key and
+/// client key).
+pub(crate) fn over_sftp_config(cluster: &Cluster, config: &Path) {
+    let first = cluster.nodes[0].sshd.as_ref().unwrap();
+    let mut text = std::fs::read_to_string(config)
+        .unwrap()
+        .replace("kind = \"local\"", "kind = \"sftp\"");
+    text.push_str(&format!(
+        "[ssh]\nhost = \"{}\"\nport = {}\nuser = \"clickhouse\"\nidentity_file = \"{}\"\nknown_hosts = \"{}\"\n",
+        first.host,
+        first.port,
+        first.client_key.display(),
+        first.known_hosts.display()
+    ));
+    let hosts: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let sshd = node.sshd.as_ref().unwrap();
+            format!(
+                "[[hosts]]\nname = \"{}\"\nstaging_root = \"{}\"\nssh_port = {}\nidentity_file = \"{}\"\nknown_hosts = \"{}\"\n",
+                node.address,
+                node.data_dir().join("chpart-staging").display(),
+                sshd.port,
+                sshd.client_key.display(),
+                sshd.known_hosts.display()
+            )
+        })
+        .collect();
+    // The [[hosts]] written for the local transport are replaced by these.
+    let start = text.find("[[hosts]]").unwrap();
+    let ssh = text.find("[ssh]").unwrap();
+    text = format!("{}{}{}", &text[..start], &text[ssh..], hosts.concat());
+    std::fs::write(config, text).unwrap();
 }
 
 /// How many shadow tables of `db.local` the server holds (one per open load of it).

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use chpart_protocol::retention;
-use chpart_protocol::store::{now_unix_ms, Ledger};
+use chpart_protocol::store::Ledger;
 
 use crate::args::{LedgerArgs, LedgerCommand, PruneArgs};
 use crate::context::{load_config, runtime, server_of};
@@ -18,9 +18,14 @@ pub fn run_ledger(args: LedgerArgs) -> Result<ExitCode, Failure> {
 fn run_prune(args: PruneArgs) -> Result<ExitCode, Failure> {
     let config = load_config(&args.config)?;
     let ledger = Ledger::new(server_of(&config), &config.ledger_database);
-    let before = args.finished_before.unix_ms(now_unix_ms());
+    // `--finished-before 90d` is 90 days before now on the ledger server's clock, the clock
+    // every finish time was recorded with (this machine's may be minutes off it).
     let report = runtime()?
-        .block_on(retention::prune(&ledger, before, args.dry_run))
+        .block_on(async {
+            let now_ms = ledger.server_now_ms().await?;
+            let before = args.finished_before.unix_ms(now_ms);
+            retention::prune(&ledger, before, args.dry_run).await
+        })
         .map_err(|e| Failure::new(e.kind(), e))?;
     let verb = if args.dry_run {
         "would delete"

@@ -9,17 +9,18 @@
 use chpart_core::{
     publish_disks, DiskInfo, DiskPlace, LoadId, StagingRoots, TableName, TableRef, VolumeInfo,
 };
-use chpart_server::{quote_table, ClickHouseServer, ServerError};
+use chpart_server::{quote_ident, quote_table, ClickHouseServer, ServerError};
 use sha2::{Digest, Sha256};
 
 use chpart_core::commit::OpenReplaceLoad;
 
+use crate::grants::{needed, GrantOn, Needed, OnServer};
 #[cfg(test)]
 use crate::ledger::STDIN_DIGEST;
 use crate::ledger::{entry, kind, LoadInputs, LoadSpec, LoadState, Mode, Visibility};
 use crate::shards::ShardOf;
 use crate::snapshot::TableSnapshot;
-use crate::store::{now_unix_ms, Ledger, LedgerStoreError};
+use crate::store::{Ledger, LedgerStoreError};
 
 /// What the driver asks for.
 #[derive(Debug, Clone)]
@@ -123,6 +124,25 @@ pub enum BeginError {
         /// Why.
         message: String,
     },
+    /// The configured user lacks privileges the load needs ([`crate::grants::needed`]):
+    /// refused before anything is created.
+    #[error(
+        "user {user} on {endpoint} lacks {} privilege(s) a load of {table} needs: {}; grant them (e.g. GRANT {} ON {} TO {user}) and run begin again; nothing was created",
+        missing.len(),
+        missing.iter().map(describe_missing).collect::<Vec<_>>().join("; "),
+        missing[0].privilege,
+        missing[0].on
+    )]
+    MissingGrants {
+        /// The user (`currentUser()` on the table's server).
+        user: String,
+        /// The table's server.
+        endpoint: String,
+        /// The table the load is for.
+        table: TableRef,
+        /// What the user lacks, at least one.
+        missing: Vec<Needed>,
+    },
     /// A shard of a cluster load refused or failed.
     #[error("shard {shard_num} ({host}): {source}")]
     Shard {
@@ -170,6 +190,92 @@ pub fn shadow_table(target: &TableRef, load: &LoadId) -> Result<TableRef, BeginE
     })
 }
 
+fn describe_missing(n: &Needed) -> String {
+    let server = match n.server {
+        OnServer::Ledger => " (on the ledger's server)",
+        OnServer::Table => "",
+    };
+    format!("{} ON {}{server}, to {}", n.privilege, n.on, n.needed_by)
+}
+
+/// `on` as SQL for `GRANT`/`CHECK GRANT ... ON <this>`, names quoted.
+fn grant_on_sql(on: &GrantOn) -> String {
+    match on {
+        GrantOn::Table { database, table } => quote_table(database, table),
+        GrantOn::Database(database) => format!("{}.*", quote_ident(database)),
+        GrantOn::Engine(engine) => quote_ident(engine),
+    }
+}
+
+/// Refuses `req` ([`BeginError::MissingGrants`]) when the configured user lacks a privilege
+/// the load will need on the ledger's server or on `server` (the table's), each asked with
+/// `CHECK GRANT` before anything is created: a load that could not finish must not begin,
+/// build and then fail halfway through its commit.
+pub(crate) async fn check_grants(
+    ledger: &Ledger,
+    server: &dyn ClickHouseServer,
+    req: &BeginRequest,
+) -> Result<(), BeginError> {
+    let (db, table) = (req.target.database.as_str(), req.target.table.as_str());
+    let missing_grants = |missing: Vec<Needed>| async move {
+        Ok::<_, BeginError>(BeginError::MissingGrants {
+            user: server.current_user().await?,
+            endpoint: server.endpoint().to_owned(),
+            table: req.target.clone(),
+            missing,
+        })
+    };
+    let Some(info) = server.table_info(db, table).await? else {
+        // `system.tables` hides the tables a user holds no privilege on: say that, not
+        // "missing". A table that is really missing is refused by `begin` itself.
+        let on = GrantOn::Table {
+            database: db.to_owned(),
+            table: table.to_owned(),
+        };
+        if server.has_grant("SHOW TABLES", &grant_on_sql(&on)).await? {
+            return Ok(());
+        }
+        let needed = Needed {
+            privilege: "SHOW TABLES",
+            on,
+            server: OnServer::Table,
+            needed_by: "see the target table",
+        };
+        return Err(missing_grants(vec![needed]).await?);
+    };
+    let shadow = match req.visibility {
+        Visibility::Partition => Some(shadow_table(&req.target, &req.load)?),
+        Visibility::Part => None,
+    };
+    let mut missing: Vec<Needed> = Vec::new();
+    for n in needed(
+        ledger.database(),
+        &req.target,
+        &info.engine,
+        req.mode,
+        shadow.as_ref(),
+    ) {
+        let asked = missing
+            .iter()
+            .any(|m| (m.privilege, &m.on, m.server) == (n.privilege, &n.on, n.server));
+        let on_server = match n.server {
+            OnServer::Ledger => ledger.server(),
+            OnServer::Table => server,
+        };
+        if !asked
+            && !on_server
+                .has_grant(n.privilege, &grant_on_sql(&n.on))
+                .await?
+        {
+            missing.push(n);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(missing_grants(missing).await?)
+}
+
 fn describe(target: &TableRef, mode: Mode, visibility: Visibility) -> String {
     format!("table {target}, mode {mode}, visibility {visibility}")
 }
@@ -185,6 +291,7 @@ pub async fn begin_on(
     server: &dyn ClickHouseServer,
     req: &BeginRequest,
 ) -> Result<BeginOutcome, BeginError> {
+    check_grants(ledger, server, req).await?;
     ledger.ensure().await?;
     let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
     if let Some(outcome) = existing_outcome(&view.state, view.spec.as_ref(), req)? {
@@ -349,7 +456,8 @@ pub async fn begin_on(
         cluster: None,
         shard_of: req.shard_of.clone(),
         inputs: req.inputs.clone(),
-        opened_at_unix_ms: now_unix_ms(),
+        // The ledger server's clock, as every entry's `written_at`: gc ages the load by it.
+        opened_at_unix_ms: ledger.server_now_ms().await?,
     };
     open_load(ledger, req, spec).await
 }

@@ -518,7 +518,14 @@ pub async fn gc(
 ) -> Result<GcReport, CleanupError> {
     let looked = std::time::Instant::now();
     let places = Places::new(ledger, reach, fs, staging);
+    // Ages are measured on the ledger server's clock, as `opened_at_unix_ms` is: a driver
+    // minutes off it must neither abort a load just begun nor spare a stale one.
+    let now_ms = match older_than_ms {
+        Some(_) => ledger.server_now_ms().await?,
+        None => 0,
+    };
     let mut run = GcRun {
+        now_ms,
         older_than_ms,
         abort_stale,
         dry_run,
@@ -565,6 +572,8 @@ pub async fn gc(
 
 /// One gc run: its options and what it found so far.
 struct GcRun<'a> {
+    /// When the run started, on the ledger server's clock (read only with `older_than_ms`).
+    now_ms: u64,
     older_than_ms: Option<u64>,
     abort_stale: Option<&'a dyn AbortLoad>,
     dry_run: bool,
@@ -585,7 +594,7 @@ impl GcRun<'_> {
         places: &Places<'_>,
         views: &BTreeMap<String, LoadView>,
     ) -> Result<(), CleanupError> {
-        let now = now_unix_ms();
+        let now = self.now_ms;
         for (load_id, view) in views {
             let Ok(load) = load_id.parse::<LoadId>() else {
                 continue;

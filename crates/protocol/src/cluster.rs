@@ -241,9 +241,13 @@ pub async fn begin_cluster(
         .slot_sql()
         .map_err(|e: RoutingError| refuse(target, e.to_string()))?;
 
-    // One sub-load per shard; a re-run after a crash finds the open ones as they were.
-    for (shard, server) in cluster.shards.iter().zip(&servers) {
-        let sub = BeginRequest {
+    // The sub-load of each shard: the user must hold what it needs on every shard before
+    // any is begun (nothing is created anywhere otherwise); a re-run after a crash finds the
+    // open ones as they were.
+    let subs: Vec<BeginRequest> = cluster
+        .shards
+        .iter()
+        .map(|shard| BeginRequest {
             load: shard.load.clone(),
             target: local.clone(),
             mode: req.mode,
@@ -258,8 +262,15 @@ pub async fn begin_cluster(
                 url: shard.url.clone(),
             }),
             inputs: None,
-        };
-        begin_on(ledger, server.as_ref(), &sub)
+        })
+        .collect();
+    for ((shard, server), sub) in cluster.shards.iter().zip(&servers).zip(&subs) {
+        crate::begin::check_grants(ledger, server.as_ref(), sub)
+            .await
+            .map_err(|e| shard_error(shard, e))?;
+    }
+    for ((shard, server), sub) in cluster.shards.iter().zip(&servers).zip(&subs) {
+        begin_on(ledger, server.as_ref(), sub)
             .await
             .map_err(|e| shard_error(shard, e))?;
     }
@@ -287,7 +298,8 @@ pub async fn begin_cluster(
         cluster: Some(cluster),
         shard_of: None,
         inputs: req.inputs.clone(),
-        opened_at_unix_ms: now_unix_ms(),
+        // The ledger server's clock, as every entry's `written_at`: gc ages the load by it.
+        opened_at_unix_ms: ledger.server_now_ms().await?,
     };
     crate::begin::open_load(ledger, req, spec).await
 }

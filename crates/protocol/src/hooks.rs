@@ -113,3 +113,22 @@ fn pause(point: &str, nth: u32) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// A test-only shift of this machine's clock: `CHPART_TEST_CLOCK_SKEW_SECS=<n>` (may be
+/// negative) makes [`crate::store::now_unix_ms`] read `n` seconds ahead of the real clock, as
+/// on a driver whose clock is off the server's. Tests use it to prove that every age the
+/// protocol decides on is measured on the server's clock. Always 0 where [`CRASH_POINTS`] is
+/// false (a release build without `test-hooks`), so no environment variable can skew
+/// production chpart.
+pub fn clock_skew_ms() -> i64 {
+    if !CRASH_POINTS {
+        return 0;
+    }
+    static SKEW: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *SKEW.get_or_init(|| {
+        std::env::var("CHPART_TEST_CLOCK_SKEW_SECS")
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .map_or(0, |secs| secs.saturating_mul(1000))
+    })
+}

@@ -81,7 +81,8 @@ pub struct LoadSpec {
     /// refused. `None` for loads begun otherwise (`chpart begin`, Spark).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<LoadInputs>,
-    /// When the load began (ms since the Unix epoch).
+    /// When the load began (ms since the Unix epoch), on the ledger server's clock (that of
+    /// every entry's `written_at`; specs written before this was so hold the driver's clock).
     pub opened_at_unix_ms: u64,
 }
 

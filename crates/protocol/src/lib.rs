@@ -13,7 +13,8 @@
 //!
 //! 1. **The model**, pure: [`shards`] (a cluster load's shards, sub-load names, cluster
 //!    manifest and plan), [`snapshot`] (what `begin` records about the target table), [`ledger`]
-//!    (the entries, the load spec and the replay that derives a load's state).
+//!    (the entries, the load spec and the replay that derives a load's state), [`grants`] (the
+//!    privileges a load needs).
 //! 2. **Ports**, the side effects the stages go through: [`events`] (step events), [`hooks`]
 //!    (test fault injection), [`reach`] (a host's server and filesystem), [`store`] (the ledger
 //!    table in ClickHouse), [`observe`] (what the server and the filesystem hold, and
@@ -28,6 +29,7 @@
 #![warn(missing_docs)]
 
 // The model: pure, no I/O.
+pub mod grants;
 pub mod ledger;
 pub mod shards;
 pub mod snapshot;
@@ -102,6 +104,7 @@ mod layers {
         ("shards", include_str!("shards.rs")),
         ("snapshot", include_str!("snapshot.rs")),
         ("ledger", include_str!("ledger.rs")),
+        ("grants", include_str!("grants.rs")),
         ("events", include_str!("events.rs")),
         ("hooks", include_str!("hooks.rs")),
         ("reach", include_str!("reach.rs")),

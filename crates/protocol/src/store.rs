@@ -104,12 +104,17 @@ fn kinds_list(kinds: &[&str]) -> String {
     format!("kind IN ({})", quoted.join(", "))
 }
 
-/// Milliseconds since the Unix epoch, on this machine's clock.
+/// Milliseconds since the Unix epoch, on this machine's clock (shifted by
+/// [`crate::hooks::clock_skew_ms`] in tests). Only for what this machine records about itself
+/// (a manifest's phase times, ids): an age compared with a time the ledger recorded is
+/// measured on the server's clock ([`Ledger::server_now_ms`]), since drivers and executors
+/// may be minutes off it.
 pub fn now_unix_ms() -> u64 {
-    SystemTime::now()
+    let real = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+        .unwrap_or(0);
+    real.saturating_add_signed(crate::hooks::clock_skew_ms())
 }
 
 impl Ledger {
@@ -136,6 +141,14 @@ impl Ledger {
             database: self.database.clone(),
             source: Box::new(source),
         }
+    }
+
+    /// The ledger server's clock, in ms since the Unix epoch: the clock of every `written_at`
+    /// and of a spec's `opened_at_unix_ms`, so the one every age the protocol decides on is
+    /// measured with (`gc --older-than`, `ledger prune --finished-before`).
+    pub async fn server_now_ms(&self) -> Result<u64, LedgerStoreError> {
+        let ms = self.server.now_unix_ms().await.map_err(|e| self.err(e))?;
+        Ok(u64::try_from(ms).unwrap_or(0))
     }
 
     /// Creates the database and table if they do not exist. Idempotent.

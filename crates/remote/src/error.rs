@@ -147,6 +147,22 @@ pub enum RemoteError {
         message: String,
     },
 
+    /// The filesystem holding `path` is full: ENOSPC or EDQUOT on the local backend; over
+    /// SFTP (whose servers report ENOSPC as a generic failure) a failed write on a filesystem
+    /// that reports less space available than one write needs. Not transient: retrying
+    /// cannot succeed until someone frees space.
+    #[error(
+        "{op} {path} on {at}: no space left on device{}",
+        available_bytes.map(|b| format!(" ({b} bytes available on its filesystem)")).unwrap_or_default()
+    )]
+    NoSpace {
+        at: String,
+        op: &'static str,
+        path: String,
+        /// What the filesystem reported available after the failure, when it could be asked.
+        available_bytes: Option<u64>,
+    },
+
     /// The remote state contradicts what the operation just did or requires:
     /// an uploaded file with the wrong size, an entry that is neither file nor
     /// directory, metadata the server did not send.
@@ -190,6 +206,7 @@ impl RemoteError {
             | RemoteError::HostKeyUnknown { .. }
             | RemoteError::KnownHosts { .. }
             | RemoteError::Auth { .. }
+            | RemoteError::NoSpace { .. }
             | RemoteError::Unexpected { .. } => false,
         }
     }
@@ -280,6 +297,29 @@ mod tests {
             path: "p".into(),
         };
         assert!(!exists.is_transient());
+        let full = RemoteError::NoSpace {
+            at: "sftp://ch@db1:22".into(),
+            op: "write",
+            path: "/var/lib/clickhouse/chpart-staging/l/a/parts/p/data.bin".into(),
+            available_bytes: Some(0),
+        };
+        assert!(!full.is_transient(), "nothing frees the space by retrying");
+        assert_eq!(
+            full.to_string(),
+            "write /var/lib/clickhouse/chpart-staging/l/a/parts/p/data.bin on sftp://ch@db1:22: \
+             no space left on device (0 bytes available on its filesystem)"
+        );
+    }
+
+    #[test]
+    fn enospc_on_the_local_backend_is_no_space() {
+        let e = crate::local::map_io(
+            "write",
+            "/staging/x",
+            io::Error::from_raw_os_error(libc::ENOSPC),
+        );
+        assert!(matches!(e, RemoteError::NoSpace { .. }), "{e:?}");
+        assert!(e.to_string().ends_with("no space left on device"), "{e}");
     }
 
     #[test]

@@ -46,13 +46,19 @@ impl Default for LocalFs {
 
 /// Maps an errno to the protocol's meaning. ENOTDIR counts as absence because
 /// a path through a file names nothing, and that is how SFTP reports it too.
-fn map_io(op: &'static str, path: &str, e: io::Error) -> RemoteError {
+pub(crate) fn map_io(op: &'static str, path: &str, e: io::Error) -> RemoteError {
     let at = AT.to_string();
     let path = path.to_string();
     match e.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ENOTDIR) => RemoteError::NotFound { at, op, path },
         Some(libc::EEXIST) => RemoteError::AlreadyExists { at, op, path },
         Some(libc::EACCES) | Some(libc::EPERM) => RemoteError::PermissionDenied { at, op, path },
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => RemoteError::NoSpace {
+            at,
+            op,
+            path,
+            available_bytes: None,
+        },
         _ => RemoteError::Io {
             at,
             op,

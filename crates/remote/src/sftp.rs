@@ -393,15 +393,41 @@ impl Ops<'_> {
                 break;
             }
             file.write_all(&buf[..n])
-                .map_err(|e| self.map_file_io(conn, "write", dst, e))?;
+                .map_err(|e| self.no_space(&mut file, self.map_file_io(conn, "write", dst, e)))?;
             written += n as u64;
             if n < buf.len() {
                 break;
             }
         }
-        file.fsync().map_err(|e| self.map("fsync", dst, e))?;
-        file.close().map_err(|e| self.map("close", dst, e))?;
+        file.fsync()
+            .map_err(|e| self.no_space(&mut file, self.map("fsync", dst, e)))?;
+        file.close()
+            .map_err(|e| self.no_space(&mut file, self.map("close", dst, e)))?;
         Ok(written)
+    }
+
+    /// `err`, a failed write, fsync or close of the open remote `file`, as
+    /// [`RemoteError::NoSpace`] when the file's filesystem reports less space available than
+    /// one write (OpenSSH's sftp-server answers ENOSPC with a generic failure, so the
+    /// filesystem is asked, with the `fstatvfs@openssh.com` extension); otherwise `err`.
+    fn no_space(&self, file: &mut ssh2::File, err: RemoteError) -> RemoteError {
+        let (op, path) = match &err {
+            RemoteError::Io { op, path, .. } | RemoteError::Sftp { op, path, .. } => {
+                (*op, path.clone())
+            }
+            _ => return err,
+        };
+        match file.statvfs() {
+            Ok(vfs) if vfs.f_bavail.saturating_mul(vfs.f_frsize) < self.buffer_bytes as u64 => {
+                RemoteError::NoSpace {
+                    at: self.at.to_string(),
+                    op,
+                    path,
+                    available_bytes: Some(vfs.f_bavail.saturating_mul(vfs.f_frsize)),
+                }
+            }
+            _ => err,
+        }
     }
 
     fn upload_dir(
@@ -724,14 +750,21 @@ impl RemoteFs for SftpFs {
                 .map_err(|e| ops.map("write_file_atomic (create temp)", &tmp, e))?;
             let written = file
                 .write_all(bytes)
-                .map_err(|e| ops.map_file_io(conn, "write_file_atomic (write)", &tmp, e))
-                .and_then(|()| {
-                    file.fsync()
-                        .map_err(|e| ops.map("write_file_atomic (fsync)", &tmp, e))
+                .map_err(|e| {
+                    let err = ops.map_file_io(conn, "write_file_atomic (write)", &tmp, e);
+                    ops.no_space(&mut file, err)
                 })
                 .and_then(|()| {
-                    file.close()
-                        .map_err(|e| ops.map("write_file_atomic (close)", &tmp, e))
+                    file.fsync().map_err(|e| {
+                        let err = ops.map("write_file_atomic (fsync)", &tmp, e);
+                        ops.no_space(&mut file, err)
+                    })
+                })
+                .and_then(|()| {
+                    file.close().map_err(|e| {
+                        let err = ops.map("write_file_atomic (close)", &tmp, e);
+                        ops.no_space(&mut file, err)
+                    })
                 });
             drop(file);
             let result = written.and_then(|()| ops.rename_noreplace(&conn.sftp, &tmp, path));

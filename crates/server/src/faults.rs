@@ -195,6 +195,9 @@ forward_server! {
             = "ledger_entries", params.first().map(|(_, v)| *v).unwrap_or("");
         fn version(&self) -> String = "version", "";
         fn timezone(&self) -> String = "timezone", "";
+        fn now_unix_ms(&self) -> i64 = "now_unix_ms", "";
+        fn current_user(&self) -> String = "current_user", "";
+        fn has_grant(&self, privilege: &str, on: &str) -> bool = "has_grant", privilege;
         fn database_exists(&self, database: &str) -> bool = "database_exists", database;
         fn database_engine(&self, database: &str) -> Option<String>
             = "database_engine", database;

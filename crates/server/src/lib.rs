@@ -442,6 +442,18 @@ pub trait ClickHouseServer: Send + Sync + fmt::Debug {
     /// one, so the zone their partition keys are computed in.
     async fn timezone(&self) -> Result<String, ServerError>;
 
+    /// The server's clock (`now64(3)`), in ms since the Unix epoch: the clock every
+    /// `DEFAULT now64()` column the server fills is written with.
+    async fn now_unix_ms(&self) -> Result<i64, ServerError>;
+
+    /// The user this client logs in as (`currentUser()`).
+    async fn current_user(&self) -> Result<String, ServerError>;
+
+    /// Whether that user holds `privilege` on `on` (`CHECK GRANT <privilege> ON <on>`: its
+    /// own grants and its roles', whether or not the table exists). Both are SQL as a `GRANT`
+    /// writes them: `ALTER DELETE`; `` `db`.`t` ``, `` `db`.* `` or an engine name.
+    async fn has_grant(&self, privilege: &str, on: &str) -> Result<bool, ServerError>;
+
     /// Whether `database` exists.
     async fn database_exists(&self, database: &str) -> Result<bool, ServerError>;
 
@@ -578,6 +590,42 @@ impl ClickHouseServer for Server {
         let sql = "SELECT timezone()";
         self.run(sql, self.client.query_raw(sql).fetch_one::<String>())
             .await
+    }
+
+    async fn now_unix_ms(&self) -> Result<i64, ServerError> {
+        let sql = "SELECT toInt64(toUnixTimestamp64Milli(now64(3)))";
+        self.run(sql, self.client.query_raw(sql).fetch_one::<i64>())
+            .await
+    }
+
+    async fn current_user(&self) -> Result<String, ServerError> {
+        let sql = "SELECT currentUser()";
+        self.run(sql, self.client.query_raw(sql).fetch_one::<String>())
+            .await
+    }
+
+    async fn has_grant(&self, privilege: &str, on: &str) -> Result<bool, ServerError> {
+        // CHECK GRANT takes no FORMAT clause: the answer comes in the `default_format` the
+        // request names (a bare `1` or `0`).
+        let sql = format!("CHECK GRANT {privilege} ON {on}");
+        let answer = self
+            .run(&sql, async {
+                self.client
+                    .query_raw(&sql)
+                    .fetch_bytes("TSV")?
+                    .collect()
+                    .await
+            })
+            .await?;
+        match String::from_utf8_lossy(&answer).trim() {
+            "1" => Ok(true),
+            "0" => Ok(false),
+            other => Err(ServerError::Protocol {
+                endpoint: self.endpoint.clone(),
+                detail: format!("CHECK GRANT answered {other:?}, not 1 or 0"),
+                statement: short(&sql),
+            }),
+        }
     }
 
     async fn database_exists(&self, database: &str) -> Result<bool, ServerError> {

@@ -112,6 +112,9 @@ forward_server! {
             = "ledger read";
         fn version(&self) -> String = "version";
         fn timezone(&self) -> String = "timezone";
+        fn now_unix_ms(&self) -> i64 = "clock";
+        fn current_user(&self) -> String = "current_user";
+        fn has_grant(&self, privilege: &str, on: &str) -> bool = "CHECK GRANT";
         fn database_exists(&self, database: &str) -> bool = "database_exists";
         fn database_engine(&self, database: &str) -> Option<String> = "database_engine";
         fn table_names_by_uuid(&self, database: &str, uuids: &[String]) -> Vec<(String, String)>

@@ -67,6 +67,43 @@ pub struct ServerOptions {
     /// [`COLD_DISK`] on this endpoint) and [`S3ONLY_POLICY`] (the `s3` disk only). The `s3`
     /// disk's metadata (the files that point at objects) lives under the data directory.
     pub tiered_s3: Option<S3Disk>,
+    /// ClickHouse users besides `default` (which keeps every privilege), each with only its
+    /// grants: written to a `users.xml` of the server's own (this engine has no SQL-managed
+    /// user storage, so `CREATE USER` is refused).
+    pub users: Vec<ServerUser>,
+}
+
+/// A ClickHouse user of a test server, without a password, holding only `grants`.
+#[derive(Debug, Clone)]
+pub struct ServerUser {
+    /// The user's name.
+    pub name: String,
+    /// `GRANT` statements without `TO` (`GRANT SELECT, INSERT ON db.*`).
+    pub grants: Vec<String>,
+}
+
+/// The `users.xml` of a server with `users` besides `default`.
+fn users_xml(users: &[ServerUser]) -> String {
+    let user = |name: &str, body: &str| {
+        format!(
+            "<{name}><password></password><networks><ip>::/0</ip></networks>\
+             <profile>default</profile><quota>default</quota>{body}</{name}>"
+        )
+    };
+    let mut xml = String::from("<clickhouse><users>");
+    xml.push_str(&user("default", "<access_management>1</access_management>"));
+    for u in users {
+        let grants: String = u
+            .grants
+            .iter()
+            .map(|g| format!("<query>{g}</query>"))
+            .collect();
+        xml.push_str(&user(&u.name, &format!("<grants>{grants}</grants>")));
+    }
+    xml.push_str(
+        "</users><profiles><default></default></profiles><quotas><default></default></quotas></clickhouse>\n",
+    );
+    xml
 }
 
 /// A running ClickHouse server on a loopback address, stopped on drop.
@@ -208,6 +245,15 @@ impl ClickHouse {
             storage = storage.tiered(hot, &data_dir.join("disks").join(COLD_DISK), s3);
         }
         extra.push_str(&storage.to_xml());
+        if !options.users.is_empty() {
+            let path = run_dir.join("users.xml");
+            std::fs::write(&path, users_xml(&options.users))
+                .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+            extra.push_str(&format!(
+                "<users_config>{}</users_config>\n",
+                path.display()
+            ));
+        }
         if !extra.is_empty() {
             let path = run_dir.join("config-extra.xml");
             std::fs::write(&path, extra)

@@ -12,6 +12,8 @@
 //! - [`loss::PacketLoss`]: real packet loss on loopback ports (iptables `statistic` drops).
 //! - [`cluster::Cluster`]: several servers forming one ClickHouse cluster (one shard each,
 //!   each on its own loopback address, optionally with an sshd per "host").
+//! - [`smallfs::SmallFs`]: a size-limited tmpfs mounted over a directory (a server's data
+//!   directory), to fill a disk for real.
 //!
 //! Servers are child processes that end when their handle is dropped and, because they block
 //! on their stdin pipe, also when the test process dies however it dies. A missing component
@@ -25,6 +27,7 @@ mod http;
 pub mod loss;
 pub mod moto;
 pub mod proxy;
+pub mod smallfs;
 pub mod sshd;
 
 use std::collections::HashSet;
