@@ -247,6 +247,39 @@ pub(crate) fn finish_build(
     Ok(Some(out.stdout))
 }
 
+/// The attempts of Spark partition `p` in a crash schedule (crash.rs, crash_cluster.rs): `b`,
+/// after `a` in half the schedules (SIGKILLed at a random moment in half of those), each named
+/// `<prefix>-<a|b>.<p>` and started by `spawn` (a `build` of the partition's input as that
+/// attempt). Returns the manifest line of an attempt that completed, chosen at random.
+pub(crate) fn build_partition(
+    mut spawn: impl FnMut(&str) -> Child,
+    prefix: &str,
+    p: u64,
+    rng: &mut Rng,
+    pace: &mut Pace,
+    builds_killed: &mut u64,
+) -> Result<String, String> {
+    let mut completed = Vec::new();
+    // Attempt `a` in half the schedules: a build is the costliest step here.
+    let attempts: &[&str] = if rng.chance(50) { &["a", "b"] } else { &["b"] };
+    for a in attempts {
+        let attempt = format!("{prefix}-{a}.{p}");
+        let started = Instant::now();
+        let child = spawn(&attempt);
+        let killable = *a == "a" && rng.chance(50);
+        let Some(stdout) =
+            finish_build(child, started, killable, rng, pace, builds_killed, &attempt)?
+        else {
+            continue;
+        };
+        // `build` prints its manifest as one line.
+        let line = String::from_utf8_lossy(&stdout);
+        completed.push(line.trim().lines().last().unwrap_or("").to_owned());
+    }
+    let pick = rng.below(completed.len() as u64) as usize;
+    Ok(completed.swap_remove(pick))
+}
+
 /// Waits up to `delay` for `child`; kills it (SIGKILL) if it still runs. Whether it was killed.
 pub fn kill_after(child: &mut Child, delay: Duration) -> bool {
     let until = Instant::now() + delay;
@@ -344,35 +377,30 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
             "INSERT INTO {twin} {}",
             rows_select(p * 1000, 1000)
         ));
-        let mut completed = Vec::new();
-        // Attempt `a` in half the schedules: a build is the costliest step here.
-        let attempts: &[&str] = if rng.chance(50) { &["a", "b"] } else { &["b"] };
-        for a in attempts {
-            let attempt = format!("x{i}-{a}.{p}");
+        let spawn = |attempt: &str| {
+            let partition = p.to_string();
             let args = [
                 "build",
                 "--load",
                 &load,
                 "--attempt",
-                &attempt,
+                attempt,
                 "--partition",
-                &p.to_string(),
+                &partition,
                 "--input",
                 input.to_str().unwrap(),
             ];
-            let started = Instant::now();
-            let child = h.spawn(&args, None);
-            let killable = *a == "a" && rng.chance(50);
-            let (pace, killed) = (&mut tally.build_pace, &mut tally.builds_killed);
-            let Some(stdout) =
-                finish_build(child, started, killable, &mut rng, pace, killed, &attempt)?
-            else {
-                continue;
-            };
-            completed.push(String::from_utf8_lossy(&stdout).trim().to_owned());
-        }
-        let pick = rng.below(completed.len() as u64) as usize;
-        winners.push(completed.swap_remove(pick));
+            h.spawn(&args, None)
+        };
+        let (pace, killed) = (&mut tally.build_pace, &mut tally.builds_killed);
+        winners.push(build_partition(
+            spawn,
+            &format!("x{i}"),
+            p,
+            &mut rng,
+            pace,
+            killed,
+        )?);
     }
     let file = h.dir.path().join(format!("{load}.jsonl"));
     std::fs::write(&file, winners.join("\n") + "\n").unwrap();

@@ -23,7 +23,8 @@ use chpart_testenv::cluster::{Cluster, ClusterOptions};
 use crate::build::{write_rows, COLUMNS};
 use crate::cli::{chpart, text};
 use crate::crash::{
-    env_u64, finish_build, kill_after, last_step, print_report, run_schedules, Pace, Rng, Schedules,
+    build_partition, env_u64, kill_after, last_step, print_report, run_schedules, Pace, Rng,
+    Schedules,
 };
 use crate::disks::files_under;
 
@@ -213,41 +214,30 @@ fn schedule(h: &mut Harness, i: u64, seed: u64, tally: &mut Tally) -> Result<(),
             "INSERT INTO db.{twin} {} SETTINGS insert_distributed_sync = 1",
             rows(i, p)
         ));
-        let mut completed = Vec::new();
-        let attempts: &[&str] = if rng.chance(50) { &["a", "b"] } else { &["b"] };
-        for a in attempts {
-            let attempt = format!("c{i}-{a}.{p}");
+        let spawn = |attempt: &str| {
+            let partition = p.to_string();
             let args = [
                 "build",
                 "--load",
                 &load,
                 "--attempt",
-                &attempt,
+                attempt,
                 "--partition",
-                &p.to_string(),
+                &partition,
                 "--input",
                 input.to_str().unwrap(),
             ];
-            let started = Instant::now();
-            let child = h.spawn(&args, None);
-            let killable = *a == "a" && rng.chance(50);
-            let (pace, killed) = (&mut tally.build_pace, &mut tally.builds_killed);
-            let Some(stdout) =
-                finish_build(child, started, killable, &mut rng, pace, killed, &attempt)?
-            else {
-                continue;
-            };
-            completed.push(
-                String::from_utf8_lossy(&stdout)
-                    .trim()
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-                    .to_owned(),
-            );
-        }
-        let pick = rng.below(completed.len() as u64) as usize;
-        winners.push(completed.swap_remove(pick));
+            h.spawn(&args, None)
+        };
+        let (pace, killed) = (&mut tally.build_pace, &mut tally.builds_killed);
+        winners.push(build_partition(
+            spawn,
+            &format!("c{i}"),
+            p,
+            &mut rng,
+            pace,
+            killed,
+        )?);
     }
     let file = h.dir.path().join(format!("{load}.jsonl"));
     std::fs::write(&file, winners.join("\n") + "\n").unwrap();
