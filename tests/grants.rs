@@ -133,6 +133,17 @@ fn a_user_lacking_a_grant_the_commit_needs_is_refused_at_begin_with_nothing_crea
             user("chpart_no_insert", Some("INSERT")),
             user("chpart_no_check", Some("CHECK")),
             user("chpart_ok", None),
+            // Everything on everything but INSERT on the target: `begin` first asks whether
+            // the user holds every privilege on `*.*`, which a partial revoke must answer no.
+            ServerUser {
+                name: "chpart_revoked".to_owned(),
+                grants: vec![
+                    "GRANT SELECT, INSERT, ALTER, CREATE, DROP, CHECK, SHOW, SYSTEM ON *.*"
+                        .to_owned(),
+                    "GRANT TABLE ENGINE ON *".to_owned(),
+                    format!("REVOKE INSERT ON {DB}.events"),
+                ],
+            },
         ],
         ..ServerOptions::default()
     });
@@ -188,6 +199,20 @@ fn a_user_lacking_a_grant_the_commit_needs_is_refused_at_begin_with_nothing_crea
     );
     assert_eq!(
         created(&ch, "g-2"),
+        ("['events']".to_owned(), "0".to_owned())
+    );
+
+    // Everything on `*.*` with INSERT revoked on the target alone: refused, naming it.
+    as_user(&s, Some("chpart_revoked"));
+    let out = s.begin("g-3", &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("INSERT ON grants.events,"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        created(&ch, "g-3"),
         ("['events']".to_owned(), "0".to_owned())
     );
 

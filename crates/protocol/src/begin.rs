@@ -247,33 +247,103 @@ pub(crate) async fn check_grants(
         Visibility::Partition => Some(shadow_table(&req.target, &req.load)?),
         Visibility::Part => None,
     };
-    let mut missing: Vec<Needed> = Vec::new();
-    for n in needed(
+    let needed = needed(
         ledger.database(),
         &req.target,
         &info.engine,
         req.mode,
         shadow.as_ref(),
-    ) {
-        let asked = missing
-            .iter()
-            .any(|m| (m.privilege, &m.on, m.server) == (n.privilege, &n.on, n.server));
-        let on_server = match n.server {
-            OnServer::Ledger => ledger.server(),
-            OnServer::Table => server,
-        };
-        if !asked
-            && !on_server
-                .has_grant(n.privilege, &grant_on_sql(&n.on))
-                .await?
-        {
-            missing.push(n);
-        }
-    }
+    );
+    let missing = missing_grants_of(ledger.server(), server, needed).await?;
     if missing.is_empty() {
         return Ok(());
     }
     Err(missing_grants(missing).await?)
+}
+
+/// Which of `needed` the user lacks, in as few `CHECK GRANT`s as the answers allow (each
+/// costs the server a statement, on every `begin`): first every privilege at once on
+/// everything, per server (a user such as `default`, who holds them all, is done in one or
+/// two questions); then every privilege on one object at once; one by one only on an object
+/// where some privilege lacks, to name it.
+async fn missing_grants_of(
+    ledger_server: &dyn ClickHouseServer,
+    server: &dyn ClickHouseServer,
+    needed: Vec<Needed>,
+) -> Result<Vec<Needed>, BeginError> {
+    let same_server = ledger_server.endpoint() == server.endpoint();
+    let server_of = |n: &Needed| match n.server {
+        OnServer::Ledger if !same_server => ledger_server,
+        _ => server,
+    };
+    let key = |n: &Needed| {
+        (
+            n.server == OnServer::Ledger && !same_server,
+            grant_on_sql(&n.on),
+        )
+    };
+    // Every privilege at once, per server: tables' on `*.*`, engines' on `*`.
+    let mut all_held = true;
+    for on_ledger in [false, true] {
+        let of_server: Vec<&Needed> = needed.iter().filter(|n| key(n).0 == on_ledger).collect();
+        for engines in [false, true] {
+            let privileges = distinct(
+                of_server
+                    .iter()
+                    .filter(|n| matches!(n.on, GrantOn::Engine(_)) == engines)
+                    .map(|n| n.privilege),
+            );
+            if privileges.is_empty() {
+                continue;
+            }
+            let on = if engines { "*" } else { "*.*" };
+            let asked = if on_ledger { ledger_server } else { server };
+            if !asked.has_grant(&privileges.join(", "), on).await? {
+                all_held = false;
+            }
+        }
+    }
+    if all_held {
+        return Ok(Vec::new());
+    }
+    // Per object, then per privilege where one lacks.
+    let mut objects: Vec<(bool, String)> = Vec::new();
+    for n in &needed {
+        if !objects.contains(&key(n)) {
+            objects.push(key(n));
+        }
+    }
+    let mut missing = Vec::new();
+    for object in objects {
+        let here: Vec<&Needed> = needed.iter().filter(|n| key(n) == object).collect();
+        let asked = server_of(here[0]);
+        let privileges = distinct(here.iter().map(|n| n.privilege));
+        if asked.has_grant(&privileges.join(", "), &object.1).await? {
+            continue;
+        }
+        for privilege in privileges {
+            if !asked.has_grant(privilege, &object.1).await? {
+                missing.extend(
+                    here.iter()
+                        .filter(|n| n.privilege == privilege)
+                        .take(1)
+                        .map(|n| (*n).clone()),
+                );
+            }
+        }
+    }
+    Ok(missing)
+}
+
+/// `items` without repeats, in their order.
+fn distinct<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
 }
 
 fn describe(target: &TableRef, mode: Mode, visibility: Visibility) -> String {
@@ -292,6 +362,15 @@ pub async fn begin_on(
     req: &BeginRequest,
 ) -> Result<BeginOutcome, BeginError> {
     check_grants(ledger, server, req).await?;
+    begin_granted(ledger, server, req).await
+}
+
+/// [`begin_on`] once [`check_grants`] has passed (a cluster load checks every shard first).
+pub(crate) async fn begin_granted(
+    ledger: &Ledger,
+    server: &dyn ClickHouseServer,
+    req: &BeginRequest,
+) -> Result<BeginOutcome, BeginError> {
     ledger.ensure().await?;
     let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
     if let Some(outcome) = existing_outcome(&view.state, view.spec.as_ref(), req)? {

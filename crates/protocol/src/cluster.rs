@@ -35,7 +35,7 @@ use chpart_remote::{RemoteError, RemoteFs};
 use chpart_server::{ClickHouseServer, SharedServer, TableInfo};
 use futures_util::future::join_all;
 
-use crate::begin::{begin_on, BeginError, BeginOutcome, BeginRequest};
+use crate::begin::{BeginError, BeginOutcome, BeginRequest};
 use crate::commit::{commit, CommitEnv, CommitError, CommitOutcome, CommitRequest, CommitSummary};
 use crate::hooks::crash_point;
 use crate::ledger::{entry, kind, Decision, LoadSpec, LoadState, Mode, Visibility};
@@ -270,7 +270,8 @@ pub async fn begin_cluster(
             .map_err(|e| shard_error(shard, e))?;
     }
     for ((shard, server), sub) in cluster.shards.iter().zip(&servers).zip(&subs) {
-        begin_on(ledger, server.as_ref(), sub)
+        // Granted: checked on every shard just above.
+        crate::begin::begin_granted(ledger, server.as_ref(), sub)
             .await
             .map_err(|e| shard_error(shard, e))?;
     }
