@@ -1,5 +1,6 @@
 //! The ClickHouse privileges a load needs, in one list ([`needed`]). `begin` checks every one
-//! with `CHECK GRANT` before it creates anything (see `begin::check_grants`), so a user who
+//! with `CHECK GRANT` before it creates anything (see `begin::check_grants`: all of them on
+//! `*.*` in one question first, then per object, then per privilege where one lacks), so a user who
 //! lacks one is refused there, the privilege, the user and the table named, never halfway
 //! through a commit with parts attached to a shadow it cannot publish.
 //!
