@@ -777,7 +777,7 @@ fn staging_on_another_filesystem_or_a_full_disk_fails_cleanly() {
     // Retrying on the same full disk cannot help until someone frees space: permanent.
     assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
     assert!(
-        text(&out).contains("No space left on device"),
+        text(&out).contains("no space left on device"),
         "{}",
         text(&out)
     );
