@@ -38,7 +38,7 @@ async fn begin_any(
         Some(info) if info.engine == "Distributed" => {
             begin_cluster(ledger, reach, req, &info).await
         }
-        _ => crate::begin::begin(ledger, req).await,
+        seen => crate::begin::begin_seen(ledger, ledger.server(), req, seen).await,
     }
 }
 

@@ -9,7 +9,7 @@
 use chpart_core::{
     publish_disks, DiskInfo, DiskPlace, LoadId, StagingRoots, TableName, TableRef, VolumeInfo,
 };
-use chpart_server::{quote_ident, quote_table, ClickHouseServer, ServerError};
+use chpart_server::{quote_ident, quote_table, ClickHouseServer, ServerError, TableInfo};
 use sha2::{Digest, Sha256};
 
 use chpart_core::commit::OpenReplaceLoad;
@@ -210,11 +210,13 @@ fn grant_on_sql(on: &GrantOn) -> String {
 /// Refuses `req` ([`BeginError::MissingGrants`]) when the configured user lacks a privilege
 /// the load will need on the ledger's server or on `server` (the table's), each asked with
 /// `CHECK GRANT` before anything is created: a load that could not finish must not begin,
-/// build and then fail halfway through its commit.
+/// build and then fail halfway through its commit. `seen` is the target's `table_info` as
+/// `server` showed it to this user (read once per `begin`).
 pub(crate) async fn check_grants(
     ledger: &Ledger,
     server: &dyn ClickHouseServer,
     req: &BeginRequest,
+    seen: Option<&TableInfo>,
 ) -> Result<(), BeginError> {
     let (db, table) = (req.target.database.as_str(), req.target.table.as_str());
     let missing_grants = |missing: Vec<Needed>| async move {
@@ -225,7 +227,7 @@ pub(crate) async fn check_grants(
             missing,
         })
     };
-    let Some(info) = server.table_info(db, table).await? else {
+    let Some(info) = seen else {
         // `system.tables` hides the tables a user holds no privilege on: say that, not
         // "missing". A table that is really missing is refused by `begin` itself.
         let on = GrantOn::Table {
@@ -361,15 +363,31 @@ pub async fn begin_on(
     server: &dyn ClickHouseServer,
     req: &BeginRequest,
 ) -> Result<BeginOutcome, BeginError> {
-    check_grants(ledger, server, req).await?;
-    begin_granted(ledger, server, req).await
+    let seen = server
+        .table_info(req.target.database.as_str(), req.target.table.as_str())
+        .await?;
+    begin_seen(ledger, server, req, seen).await
 }
 
-/// [`begin_on`] once [`check_grants`] has passed (a cluster load checks every shard first).
+/// [`begin_on`] with the target's `table_info` already read from `server` (`None`: not
+/// shown to this user).
+pub(crate) async fn begin_seen(
+    ledger: &Ledger,
+    server: &dyn ClickHouseServer,
+    req: &BeginRequest,
+    seen: Option<TableInfo>,
+) -> Result<BeginOutcome, BeginError> {
+    check_grants(ledger, server, req, seen.as_ref()).await?;
+    begin_granted(ledger, server, req, seen).await
+}
+
+/// [`begin_seen`] once [`check_grants`] has passed (a cluster load checks every shard
+/// first), with the `seen` it was given.
 pub(crate) async fn begin_granted(
     ledger: &Ledger,
     server: &dyn ClickHouseServer,
     req: &BeginRequest,
+    seen: Option<TableInfo>,
 ) -> Result<BeginOutcome, BeginError> {
     ledger.ensure().await?;
     let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
@@ -409,13 +427,10 @@ pub(crate) async fn begin_granted(
         }
     }
     let (db, table) = (req.target.database.as_str(), req.target.table.as_str());
-    let info = server
-        .table_info(db, table)
-        .await?
-        .ok_or_else(|| BeginError::TableMissing {
-            table: req.target.clone(),
-            endpoint: server.endpoint().to_owned(),
-        })?;
+    let info = seen.ok_or_else(|| BeginError::TableMissing {
+        table: req.target.clone(),
+        endpoint: server.endpoint().to_owned(),
+    })?;
     let target_snapshot = TableSnapshot::from_server(&info, &server.columns(db, table).await?);
     if !target_snapshot.engine_supported() {
         return Err(BeginError::Unsupported {

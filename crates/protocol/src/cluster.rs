@@ -264,14 +264,20 @@ pub async fn begin_cluster(
             inputs: None,
         })
         .collect();
+    let mut seen = Vec::with_capacity(subs.len());
     for ((shard, server), sub) in cluster.shards.iter().zip(&servers).zip(&subs) {
-        crate::begin::check_grants(ledger, server.as_ref(), sub)
+        let info = server
+            .table_info(sub.target.database.as_str(), sub.target.table.as_str())
+            .await
+            .map_err(|e| shard_error(shard, e.into()))?;
+        crate::begin::check_grants(ledger, server.as_ref(), sub, info.as_ref())
             .await
             .map_err(|e| shard_error(shard, e))?;
+        seen.push(info);
     }
-    for ((shard, server), sub) in cluster.shards.iter().zip(&servers).zip(&subs) {
+    for (((shard, server), sub), info) in cluster.shards.iter().zip(&servers).zip(&subs).zip(seen) {
         // Granted: checked on every shard just above.
-        crate::begin::begin_granted(ledger, server.as_ref(), sub)
+        crate::begin::begin_granted(ledger, server.as_ref(), sub, info)
             .await
             .map_err(|e| shard_error(shard, e))?;
     }
