@@ -18,7 +18,7 @@ from conftest import ROOT
 from cluster_fixture import (CLUSTER, LOCAL_TABLE, SHARDING_KEY, TABLE, TWIN_LOCAL_TABLE, TWIN_TABLE,  # noqa: F401
                              three_shard_cluster)
 from datasets import create_table_sql, day_id, events
-from failure_jobs import eventlog
+from failure_jobs import eventlog, probe
 from helpers import (assert_exactly_once, assert_winners_and_losers, check_connector_metrics, committed_winners,
                      load_status)
 from scenarios import check_zombie_run, run_scenario, source_of
@@ -282,6 +282,11 @@ def test_write_through_the_connector_one_part_per_partition_per_shard(three_shar
             "(chpart.spark.ChpartDataSource) is on this session's classpath") in log, log[-4000:]
     winners = committed_winners(log, load)
     assert sorted(map(tuple, summary["winners"])) == sorted(map(tuple, winners)), (summary, winners)
+    # One `chpart status` per write, write()'s own before it: the connector plans from that one
+    # (handed over in the JVM) and hands its commit's summary back, so neither reads it again.
+    statuses = [c for c in probe.calls(r["calls"])
+                if c["command"] == "status" and c["event"] == "start" and c["load"] == load]
+    assert len(statuses) == 1, statuses
     assert "clustered by partition key toYYYYMMDD(ts) as [chpart_toyyyymmdd(ts, 'UTC')]" in log, log[-4000:]
 
     # Spark's event log: the write stage's one failed attempt is the probe's, after it published.

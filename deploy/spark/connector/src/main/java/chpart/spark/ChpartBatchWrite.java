@@ -28,7 +28,9 @@ import org.slf4j.LoggerFactory;
  *
  * <pre>
  *   createBatchWriterFactory   chpart status --load L (a load an earlier run committed, or whose
- *                              commit recorded its plan, needs no build), else chpart begin
+ *                              commit recorded its plan, needs no build), else chpart begin; the
+ *                              status chpart_spark.write has just read, if it handed one over
+ *                              ({@link ChpartHandoff})
  *   (Spark job)                every task attempt: chpart build --input - (ChpartDataWriter);
  *                              Spark keeps one commit message per partition, the attempt the
  *                              commit coordinator let commit first
@@ -73,6 +75,8 @@ final class ChpartBatchWrite implements BatchWrite {
   private Plan plan;
   private int partitions;
   private boolean commitStarted;
+  /** chpart_spark.write handed this write the load's status: it takes the commit's summary back. */
+  private boolean handedOff;
   private final DriverMetrics metrics;
 
   /**
@@ -111,7 +115,7 @@ final class ChpartBatchWrite implements BatchWrite {
       LOG.info("chpart load {}: resuming the commit from {} ({} winners); the tasks build nothing",
           load, options.winnersPath, lines.size());
     } else {
-      JsonNode status = status(context);
+      JsonNode status = handedOrReadStatus(context);
       String state = status == null ? null : status.path("state").asText();
       if ("committed".equals(state)) {
         plan = Plan.ALREADY_COMMITTED;
@@ -158,6 +162,9 @@ final class ChpartBatchWrite implements BatchWrite {
         summary = commitWinners(messages);
     }
     metrics.commitMs = (System.nanoTime() - started) / 1_000_000;
+    if (handedOff) {
+      ChpartHandoff.noteCommitted(load, summary.toString());
+    }
     if (plan != Plan.BUILD) {
       metrics.rows = summary.path("rows").asLong();
       metrics.parts = summary.path("parts").asLong();
@@ -243,6 +250,26 @@ final class ChpartBatchWrite implements BatchWrite {
     } catch (RuntimeException e) {
       // Spark re-raises the job's failure; this one is only logged with it.
       LOG.error("chpart load {}: aborting the load after the failure also failed", load, e);
+    }
+  }
+
+  /**
+   * The load's status as chpart_spark.write handed it over ({@link ChpartHandoff}), else read
+   * from the ledger: its entry of {@code chpart status --json}, or null if it was never begun.
+   */
+  private JsonNode handedOrReadStatus(String context) {
+    var handed = ChpartHandoff.takeStatus(load);
+    if (handed.isEmpty()) {
+      return status(context);
+    }
+    handedOff = true;
+    if (handed.get().isEmpty()) {
+      return null;
+    }
+    try {
+      return Chpart.JSON.readTree(handed.get());
+    } catch (IOException e) {
+      throw new IllegalArgumentException(context + ": the status chpart_spark handed over is not JSON", e);
     }
   }
 
