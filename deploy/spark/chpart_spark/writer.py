@@ -544,7 +544,12 @@ def _write_through_connector(df, *, table, mode, visibility, verify, layout, tar
         raise error from failure
     finally:
         if handoff is not None:
-            handoff.forget(load_id)
+            # Only frees the JVM's entry for this load: a py4j failure here (the gateway gone
+            # with the job) must not replace the write's own outcome or error.
+            try:
+                handoff.forget(load_id)
+            except Exception as e:  # noqa: BLE001
+                log.warning("chpart: could not clear the connector's hand-over entry of load %s: %s", load_id, e)
     write_secs = time.monotonic() - t
     if committed is not None:
         summary = {k: v for k, v in json.loads(committed).items() if k in _SUMMARY_KEYS}
