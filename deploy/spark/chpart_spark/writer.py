@@ -548,7 +548,7 @@ def _write_through_connector(df, *, table, mode, visibility, verify, layout, tar
             # with the job) must not replace the write's own outcome or error.
             try:
                 handoff.forget(load_id)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 log.warning("chpart: could not clear the connector's hand-over entry of load %s: %s", load_id, e)
     write_secs = time.monotonic() - t
     if committed is not None:
