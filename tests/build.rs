@@ -305,72 +305,88 @@ pub fn arrow_stream_of(s: &Setup, rows: u64) -> PathBuf {
 fn an_arrow_stream_is_built_in_bounded_chunks() {
     let ch = shared();
     let s = Setup::new(ch, "build_chunks");
-    assert_eq!(
-        exit_code(&s.begin("bc-1", &["--visibility", "part"])),
-        Some(0)
-    );
     let stream = arrow_stream_of(&s, 300_000);
-    let work = s.dir.path().join("chunked-work");
-    std::fs::create_dir_all(&work).unwrap();
-    let mut child = s
-        .build_cmd("bc-1", "app-9.1", 0)
-        .args(["--input", "-"])
-        .env("CHPART_CLICKHOUSE_LOCAL_SPOOL_CHUNK_MIB", "1")
-        .env("CHPART_CLICKHOUSE_LOCAL_WORK_DIR", &work)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Chunk files in the work dir, watched while the build runs: the most at one time, and
-    // every name seen.
-    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let watcher = {
-        let (work, watching) = (work.clone(), watching.clone());
-        std::thread::spawn(move || {
-            let (mut most, mut seen) = (0, std::collections::BTreeSet::new());
-            while watching.load(std::sync::atomic::Ordering::SeqCst) {
-                let chunks: Vec<String> = walkdir::WalkDir::new(&work)
-                    .into_iter()
-                    .filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with("input-") && n.ends_with(".arrows"))
-                    .collect();
-                most = most.max(chunks.len());
-                seen.extend(chunks);
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-            (most, seen)
-        })
-    };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&std::fs::read(&stream).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    watching.store(false, std::sync::atomic::Ordering::SeqCst);
-    let (most, seen) = watcher.join().unwrap();
-    let m = manifest_of(out).unwrap_or_else(|o| panic!("{}", text(&o)));
-    assert_eq!((m.source_rows, m.total_rows()), (300_000, 300_000));
-    // Two months: a part per month per chunk, so more than two parts means several chunks.
-    assert!(m.parts.len() > 2, "one chunk only: {} parts", m.parts.len());
-    assert!(
-        most <= 2,
-        "the work dir held {most} chunks at once (seen: {seen:?})"
-    );
-    eprintln!(
-        "chunked build: {} parts, {} chunk file(s) seen, at most {most} at once",
-        m.parts.len(),
-        seen.len()
-    );
-    attach_every_part(ch, &s.table, &m);
-    assert_eq!(
-        ch.q(&format!("SELECT count(), uniqExact(id) FROM {}", s.table))
-            .trim(),
-        "300000\t300000"
-    );
+    // The same stream of two months in 1 MiB chunks: by default the chunks' parts of a month
+    // are merged into one before shipping; with merge_split_partitions = false they are
+    // shipped as built, a part per month per chunk.
+    for (i, merge_split) in [true, false].into_iter().enumerate() {
+        let load = format!("bc-{i}");
+        assert_eq!(
+            exit_code(&s.begin(&load, &["--visibility", "part"])),
+            Some(0)
+        );
+        let work = s.dir.path().join(format!("chunked-work-{i}"));
+        std::fs::create_dir_all(&work).unwrap();
+        let mut child = s
+            .build_cmd(&load, "app-9.1", 0)
+            .args(["--input", "-"])
+            .env("CHPART_CLICKHOUSE_LOCAL_SPOOL_CHUNK_MIB", "1")
+            .env("CHPART_CLICKHOUSE_LOCAL_WORK_DIR", &work)
+            .env(
+                "CHPART_CLICKHOUSE_LOCAL_MERGE_SPLIT_PARTITIONS",
+                merge_split.to_string(),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Chunk files in the work dir, watched while the build runs: the most at one time, and
+        // every name seen (a chunk's file stays until its session ends).
+        let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let watcher = {
+            let (work, watching) = (work.clone(), watching.clone());
+            std::thread::spawn(move || {
+                let (mut most, mut seen) = (0, std::collections::BTreeSet::new());
+                while watching.load(std::sync::atomic::Ordering::SeqCst) {
+                    let chunks: Vec<String> = walkdir::WalkDir::new(&work)
+                        .into_iter()
+                        .filter_map(Result::ok)
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n.starts_with("input-") && n.ends_with(".arrows"))
+                        .collect();
+                    most = most.max(chunks.len());
+                    seen.extend(chunks);
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                (most, seen)
+            })
+        };
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&std::fs::read(&stream).unwrap())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        watching.store(false, std::sync::atomic::Ordering::SeqCst);
+        let (most, seen) = watcher.join().unwrap();
+        let m = manifest_of(out).unwrap_or_else(|o| panic!("{}", text(&o)));
+        assert_eq!((m.source_rows, m.total_rows()), (300_000, 300_000));
+        assert!(seen.len() > 2, "{} chunk(s) only: {seen:?}", seen.len());
+        assert!(
+            most <= 2,
+            "the work dir held {most} chunks at once (seen: {seen:?})"
+        );
+        let parts: Vec<String> = m.parts.iter().map(|p| p.name.to_string()).collect();
+        if merge_split {
+            assert_eq!(parts.len(), 2, "not one part per month: {parts:?}");
+        } else {
+            // Two months: a part per month per chunk.
+            assert!(parts.len() > 2, "chunks' parts were merged: {parts:?}");
+        }
+        eprintln!(
+            "chunked build (merge_split_partitions = {merge_split}): {} parts, {} chunk file(s) seen, at most {most} at once",
+            parts.len(),
+            seen.len()
+        );
+        attach_every_part(ch, &s.table, &m);
+        assert_eq!(
+            ch.q(&format!("SELECT count(), uniqExact(id) FROM {}", s.table))
+                .trim(),
+            format!("{}\t300000", 300_000 * (i + 1))
+        );
+    }
 }
 
 #[test]

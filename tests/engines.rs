@@ -31,12 +31,28 @@ fn ok(out: &Output, what: &str) {
 
 /// begin, one build of `rows`, commit; the manifest.
 fn load(s: &Setup, load: &str, begin: &[&str], rows: &str) -> chpart_core::Manifest {
+    load_files(s, load, begin, &[rows])
+}
+
+/// [`load`] of one build whose input is one Parquet file per query of `files`.
+fn load_files(s: &Setup, load: &str, begin: &[&str], files: &[&str]) -> chpart_core::Manifest {
     ok(&s.begin(load, begin), "begin");
-    let input = write_rows(s.dir.path(), &format!("{load}.parquet"), rows, "Parquet");
+    let inputs: Vec<PathBuf> = files
+        .iter()
+        .enumerate()
+        .map(|(i, rows)| {
+            write_rows(
+                s.dir.path(),
+                &format!("{load}-{i}.parquet"),
+                rows,
+                "Parquet",
+            )
+        })
+        .collect();
     let manifest = manifest_of(
         s.build_cmd(load, &format!("app-1.{load}"), 0)
             .arg("--input")
-            .arg(&input)
+            .args(&inputs)
             .output()
             .unwrap(),
     )
@@ -228,8 +244,14 @@ fn materialized_views_are_refused_unless_allowed() {
 fn expired_rows_are_gone_right_after_the_commit_as_after_an_insert() {
     let ch = shared();
     // Half the rows expired long ago, half never expire; `note` has a column TTL.
-    let rows = "SELECT if(number % 2 = 0, toDateTime('2001-01-01 00:00:00', 'UTC'), toDateTime('2100-01-01 00:00:00', 'UTC')) + toIntervalSecond(number) AS ts, \
-                number AS id, 'n' AS note FROM numbers(800)";
+    let select = |numbers: &str| {
+        format!("SELECT if(number % 2 = 0, toDateTime('2001-01-01 00:00:00', 'UTC'), toDateTime('2100-01-01 00:00:00', 'UTC')) + toIntervalSecond(number) AS ts, \
+                number AS id, 'n' AS note FROM {numbers}")
+    };
+    let rows = &select("numbers(800)");
+    // In two files, so the build writes each of the two months as two parts: the expired rows
+    // go first (MATERIALIZE TTL), then each month is merged into one part.
+    let files = [select("numbers(0, 400)"), select("numbers(400, 400)")];
     for engine in ["MergeTree", "ReplacingMergeTree"] {
         let s = setup(
             ch,
@@ -237,15 +259,21 @@ fn expired_rows_are_gone_right_after_the_commit_as_after_an_insert() {
             "ts DateTime('UTC'), id UInt64, note String",
             &format!("ENGINE = {engine} PARTITION BY toYYYYMM(ts) ORDER BY id TTL ts + toIntervalDay(30)"),
         );
-        let manifest = load(&s, &format!("ttl-{engine}"), &[], rows);
+        let manifest = load_files(
+            &s,
+            &format!("ttl-{engine}"),
+            &[],
+            &files.each_ref().map(String::as_str),
+        );
         assert_eq!(
             (
                 manifest.source_rows,
                 manifest.total_rows(),
-                manifest.ttl_removed_rows
+                manifest.ttl_removed_rows,
+                manifest.parts.len()
             ),
-            (800, 400, 400),
-            "{engine}: the manifest accounts for the expired rows"
+            (800, 400, 400, 1),
+            "{engine}: the manifest accounts for the expired rows; the unexpired month is one part"
         );
         // Right after the commit, before any merge of the target.
         let loaded = all_rows(&s, "events", "");

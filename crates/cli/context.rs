@@ -233,6 +233,7 @@ pub struct Executor {
     work_parent: std::path::PathBuf,
     staging: StagingLayout,
     spool_chunk_bytes: u64,
+    merge_split_partitions: bool,
 }
 
 impl Executor {
@@ -255,6 +256,7 @@ impl Executor {
             local: local_command(&config),
             work_parent: config.clickhouse_local.work_dir.clone(),
             spool_chunk_bytes: config.clickhouse_local.spool_chunk_bytes,
+            merge_split_partitions: config.clickhouse_local.merge_split_partitions,
             staging,
             reach: ConfigReach::new(config),
         })
@@ -270,6 +272,7 @@ impl Executor {
             work_parent: self.work_parent.clone(),
             staging: self.staging.clone(),
             spool_chunk_bytes: self.spool_chunk_bytes,
+            merge_split_partitions: self.merge_split_partitions,
         }
     }
 }

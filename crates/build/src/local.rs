@@ -14,8 +14,8 @@ use chpart_input::{
 
 use crate::ddl::local_table_ddl;
 use crate::parts::{
-    inspect_parts, local_args, rewrite_query, split_listings, ttl_due, BuildSession, BuiltPart,
-    FileSource, Rewrite,
+    inspect_parts, local_args, rewrite_query, split_listings, split_partitions, ttl_due,
+    BuildSession, BuiltPart, FileSource, Rewrite,
 };
 use crate::runner::{LocalCommand, LocalIdentity, RunError, IDENTITY_QUERY};
 use crate::workdir::WorkDir;
@@ -51,6 +51,10 @@ pub struct LocalBuild<'a> {
     /// An Arrow stream is spooled into the work dir in chunks of about this many bytes, each
     /// inserted by its own clickhouse-local session while the next is written.
     pub spool_chunk_bytes: u64,
+    /// Merge each partition the build wrote as several parts (one per spooled chunk or input
+    /// file) into one, so that the build ships one part per partition (per shard) as a merge of
+    /// every partition (`merge`) would, without rewriting the partitions that are one part.
+    pub merge_split_partitions: bool,
     /// The clock (Unix milliseconds) that decides which rows' TTL is due.
     pub now_unix_ms: fn() -> u64,
 }
@@ -338,12 +342,26 @@ pub fn run_clickhouse_local(
             .map_err(build_err)?
             .contains(&true);
         let table_rows = rows_of(&inserted);
+        // A merge of every partition (asked for, or a folding engine's), else of the partitions
+        // the build split over several parts (chunks of a stream, input files), if any.
+        let merge_all = merge || folds;
+        let split = match merge_all || !build.merge_split_partitions {
+            true => Vec::new(),
+            false => split_partitions(&inserted),
+        };
+        if !split.is_empty() {
+            tracing::info!(
+                "merging {} partition(s) of table {table} that the build wrote as several parts",
+                split.len()
+            );
+        }
         let mut parts = inserted;
         let mut removed = [0u64; 2]; // by TTL, by the engine's fold
+                                     // The merge of split partitions alone leaves the others' expired rows: TTL first.
         let ttl_first = ttl_expired && (folds || !merge);
         let rewrites = [
             ttl_first.then_some(Rewrite::ApplyTtl),
-            (merge || folds).then_some(if ttl_first {
+            (merge_all || !split.is_empty()).then_some(if ttl_first {
                 Rewrite::MergeAfterTtl
             } else {
                 Rewrite::Merge
@@ -352,7 +370,8 @@ pub fn run_clickhouse_local(
         for (i, rewrite) in rewrites.into_iter().enumerate() {
             let Some(rewrite) = rewrite else { continue };
             let before = rows_of(&parts);
-            let query = rewrite_query(LOCAL_DATABASE, table, rewrite);
+            let partitions = (!merge_all).then_some(split.as_slice());
+            let query = rewrite_query(LOCAL_DATABASE, table, rewrite, partitions);
             let output = local.run(&local_args(&data, &query))?;
             parts = inspect(&output, Some(rewrite))?;
             if rows_of(&parts) > before {

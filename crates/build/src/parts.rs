@@ -73,7 +73,8 @@ pub const NO_BACKGROUND_MERGES: &str = "max_bytes_to_merge_at_max_space_in_pool 
 /// byte limit or at the end of the file, so the whole file becomes one block (clickhouse-local
 /// holds it in memory while it sorts and writes it: 280 MB of rows peaked at 1.0 GB RSS with
 /// chdb 26.9, against 0.9 GB with the default blocks). Larger inputs still give one part per
-/// [`ONE_BLOCK_BYTES`]; `build --merge` makes those one part per partition.
+/// [`ONE_BLOCK_BYTES`], which the build then merges into one part per partition (see
+/// [`split_partitions`]).
 pub const ONE_BLOCK: &str =
     "min_insert_block_size_rows = 0, min_insert_block_size_bytes = 1073741824";
 
@@ -284,22 +285,55 @@ pub enum Rewrite {
 
 /// The statements of the second session on the data directory of a [`build_query`] session:
 /// merges started (for this session; [`NO_BACKGROUND_MERGES`] still keeps background merges
-/// from picking anything), the rewrite run to its end, then the same parts listing.
-pub fn rewrite_query(database: &str, table: &str, rewrite: Rewrite) -> String {
+/// from picking anything), the rewrite run to its end, then the same parts listing. A merge
+/// covers the partitions `partitions` names (`OPTIMIZE TABLE ... PARTITION ID ... FINAL` each),
+/// or with `None` the whole table; [`Rewrite::ApplyTtl`] always covers the whole table.
+pub fn rewrite_query(
+    database: &str,
+    table: &str,
+    rewrite: Rewrite,
+    partitions: Option<&[PartitionId]>,
+) -> String {
     let target = format!("{}.{}", quote_ident(database), quote_ident(table));
-    let run = match rewrite {
-        Rewrite::Merge | Rewrite::MergeAfterTtl => format!("OPTIMIZE TABLE {target} FINAL"),
-        Rewrite::ApplyTtl => {
-            format!("ALTER TABLE {target} MATERIALIZE TTL SETTINGS mutations_sync = 2")
+    let run = match (rewrite, partitions) {
+        (Rewrite::Merge | Rewrite::MergeAfterTtl, None) => {
+            vec![format!("OPTIMIZE TABLE {target} FINAL")]
         }
+        (Rewrite::Merge | Rewrite::MergeAfterTtl, Some(ids)) => ids
+            .iter()
+            .map(|id| {
+                format!(
+                    "OPTIMIZE TABLE {target} PARTITION ID {} FINAL",
+                    quote_str(id.as_str())
+                )
+            })
+            .collect(),
+        (Rewrite::ApplyTtl, _) => vec![format!(
+            "ALTER TABLE {target} MATERIALIZE TTL SETTINGS mutations_sync = 2"
+        )],
     };
-    [
-        format!("SYSTEM START MERGES {target}"),
-        run,
-        format!("SYSTEM STOP MERGES {target}"),
-        list_parts(database, table),
-    ]
-    .join(";\n")
+    std::iter::once(format!("SYSTEM START MERGES {target}"))
+        .chain(run)
+        .chain([
+            format!("SYSTEM STOP MERGES {target}"),
+            list_parts(database, table),
+        ])
+        .collect::<Vec<_>>()
+        .join(";\n")
+}
+
+/// The partitions `parts` holds several parts of (a build of several inputs or spooled
+/// chunks writes one part per partition of each), in order.
+pub fn split_partitions(parts: &[BuiltPart]) -> Vec<PartitionId> {
+    let mut count = std::collections::BTreeMap::<&PartitionId, usize>::new();
+    for part in parts {
+        *count.entry(&part.partition_id).or_default() += 1;
+    }
+    count
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(id, _)| id.clone())
+        .collect()
 }
 
 /// The active parts, as [`inspect_parts`] reads them.

@@ -275,6 +275,8 @@ pub struct ClickHouseLocalSettings {
     pub timeout: Duration,
     /// Bound of one spooled chunk of an Arrow stream input, in bytes.
     pub spool_chunk_bytes: u64,
+    /// Merge each partition a build wrote as several parts into one before shipping.
+    pub merge_split_partitions: bool,
 }
 
 /// The config sections, for `CHPART_<SECTION>_<KEY>` overrides. Longest first so that
@@ -830,6 +832,7 @@ impl RawConfig {
                     ))
                 }
             },
+            merge_split_partitions: local.merge_split_partitions,
         };
 
         check_ident("ledger.database", &self.ledger.database)?;

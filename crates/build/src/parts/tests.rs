@@ -209,11 +209,10 @@ fn a_large_input_is_one_part_per_partition() {
     );
 }
 
-#[test]
-fn merged_builds_are_accepted_only_after_a_merge() {
-    let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-merge").unwrap();
+/// Two inserts into the same three partitions (January to March 2026) in `work`'s data
+/// directory `ch`: six parts, as [`split_partitions`] sees them.
+fn two_inserts(work: &WorkDir) -> PathBuf {
     let ddl = local_table_ddl(TARGET, "chpart", "events").unwrap();
-    // Two inserts into the same partitions, then OPTIMIZE FINAL: one part per partition.
     let rows = |from: u64| {
         format!("SELECT toDateTime64('2026-01-01 00:00:00', 3, 'UTC') + toIntervalDay(number * 20) AS ts, number + {from} AS id, 'x' AS name FROM numbers(5)")
     };
@@ -237,7 +236,59 @@ fn merged_builds_are_accepted_only_after_a_merge() {
     let out = command().run(&local_args(&data, &query)).unwrap();
     let inserted = inspect_parts(&String::from_utf8(out).unwrap(), None).unwrap();
     assert_eq!(inserted.len(), 6, "two inserts, three partitions each");
-    let query = rewrite_query("chpart", "events", Rewrite::Merge);
+    let ids = |v: &[&str]| {
+        v.iter()
+            .map(|s| s.parse().unwrap())
+            .collect::<Vec<PartitionId>>()
+    };
+    assert_eq!(
+        split_partitions(&inserted),
+        ids(&["202601", "202602", "202603"])
+    );
+    assert_eq!(
+        split_partitions(&inserted[..3]),
+        ids(&["202601"]),
+        "{inserted:?}"
+    );
+    assert_eq!(split_partitions(&inserted[..1]), ids(&[]));
+    data
+}
+
+#[test]
+fn a_merge_of_named_partitions_leaves_the_others_as_built() {
+    let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-merge-some").unwrap();
+    let data = two_inserts(&work);
+    let feb: PartitionId = "202602".parse().unwrap();
+    let query = rewrite_query("chpart", "events", Rewrite::Merge, Some(&[feb]));
+    assert!(
+        query.contains("OPTIMIZE TABLE `chpart`.`events` PARTITION ID '202602' FINAL;\n"),
+        "{query}"
+    );
+    let out = command().run(&local_args(&data, &query)).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    let parts = inspect_parts(&out, Some(Rewrite::Merge)).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    let summary: Vec<(String, u64)> = parts
+        .iter()
+        .map(|p| (p.local_name.to_string(), p.rows))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("202601_1_1_0".to_string(), 2),
+            ("202601_4_4_0".to_string(), 2),
+            ("202602_2_5_1".to_string(), 2),
+            ("202603_3_3_0".to_string(), 2),
+            ("202603_6_6_0".to_string(), 2)
+        ]
+    );
+}
+
+#[test]
+fn merged_builds_are_accepted_only_after_a_merge() {
+    let work = WorkDir::create(&std::env::temp_dir(), "load-1", "attempt-merge").unwrap();
+    // Two inserts into the same partitions, then OPTIMIZE FINAL: one part per partition.
+    let data = two_inserts(&work);
+    let query = rewrite_query("chpart", "events", Rewrite::Merge, None);
     let out = command().run(&local_args(&data, &query)).unwrap();
     let out = String::from_utf8(out).unwrap();
 
@@ -490,7 +541,7 @@ fn build_query_statements() {
         ),
     ] {
         assert_eq!(
-            rewrite_query("chpart", "t", rewrite),
+            rewrite_query("chpart", "t", rewrite, None),
             format!("SYSTEM START MERGES `chpart`.`t`;\n{run};\nSYSTEM STOP MERGES `chpart`.`t`;\n{list}")
         );
     }
@@ -652,7 +703,10 @@ fn expired_rows_are_removed_by_materialize_ttl_without_folding() {
         .iter()
         .any(|p| ttl_due(p, now - 100 * 86400).unwrap()));
 
-    let out = run_in(&data, &rewrite_query("chpart", "t", Rewrite::ApplyTtl));
+    let out = run_in(
+        &data,
+        &rewrite_query("chpart", "t", Rewrite::ApplyTtl, None),
+    );
     let err = inspect_parts(&out, None).unwrap_err().to_string();
     assert!(err.contains("it was mutated"), "{err}");
     let parts = inspect_parts(&out, Some(Rewrite::ApplyTtl)).unwrap_or_else(|e| panic!("{e}"));
@@ -672,7 +726,10 @@ fn expired_rows_are_removed_by_materialize_ttl_without_folding() {
     assert_eq!(notes, "\t100\nn\t100\n", "the column TTL applied too");
     // Then merged (a folding engine's build folds after TTL): merged parts keep the mutation
     // version in their names, which only MergeAfterTtl accepts.
-    let out = run_in(&data, &rewrite_query("chpart", "t", Rewrite::MergeAfterTtl));
+    let out = run_in(
+        &data,
+        &rewrite_query("chpart", "t", Rewrite::MergeAfterTtl, None),
+    );
     for refusing in [None, Some(Rewrite::Merge)] {
         let err = inspect_parts(&out, refusing).unwrap_err().to_string();
         assert!(err.contains("it was mutated"), "{refusing:?}: {err}");

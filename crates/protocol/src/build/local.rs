@@ -52,6 +52,7 @@ pub(super) fn run_clickhouse_local(
         server_version: &spec.server_version,
         server_timezone: spec.server_timezone.as_deref(),
         spool_chunk_bytes: env.spool_chunk_bytes,
+        merge_split_partitions: env.merge_split_partitions,
         now_unix_ms,
     };
     Ok(chpart_build::local::run_clickhouse_local(

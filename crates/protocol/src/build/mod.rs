@@ -94,6 +94,10 @@ pub struct BuildEnv<'a> {
     /// inserted by its own clickhouse-local session while the next is written
     /// ([`DEFAULT_SPOOL_CHUNK_BYTES`] unless configured).
     pub spool_chunk_bytes: u64,
+    /// Merge each partition the build wrote as several parts (one per spooled chunk or input
+    /// file) into one before shipping, so that the server has nothing of this attempt's to merge
+    /// ([`chpart_build::local::LocalBuild::merge_split_partitions`]; on unless configured).
+    pub merge_split_partitions: bool,
 }
 
 /// The default of [`BuildEnv::spool_chunk_bytes`]: what one INSERT squashes into one block
