@@ -423,7 +423,10 @@ def scenario_write_auto(args, spark, df, ctrl, result):
     own), Spark retries it and the retry wins.
 
     --layout-none-table T: then the same rows through chpart_spark.write(..., layout="none") into T
-    (load `<load>-layout-none`): each of the 4 input tasks builds for the days it holds."""
+    (load `<load>-layout-none`): each of the 4 input tasks builds for the days it holds; after
+    that write, clearing the connector's hand-over entry fails (the real ChpartHandoff, its
+    `forget` of the load raising as a py4j call does once the gateway is gone), which must not
+    replace the write's outcome."""
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("chpart_spark: %(message)s"))
     logging.getLogger("chpart_spark").addHandler(handler)
@@ -432,10 +435,30 @@ def scenario_write_auto(args, spark, df, ctrl, result):
                                            chpart=args.probe, extra_env=fail_after_publish_env(args, ctrl, None))
     mark(result, "write")
     if args.layout_none_table:
-        result["layout_none_summary"] = chpart_spark.write(
-            df, table=args.layout_none_table, load_id=f"{args.load}-layout-none", config=args.config,
-            chpart=args.probe, extra_env=args.probe_env, layout="none")
+        real_handoff = chpart_spark.writer._connector_handoff
+        chpart_spark.writer._connector_handoff = lambda session: FailingForget(real_handoff(session))
+        try:
+            result["layout_none_summary"] = chpart_spark.write(
+                df, table=args.layout_none_table, load_id=f"{args.load}-layout-none", config=args.config,
+                chpart=args.probe, extra_env=args.probe_env, layout="none")
+        finally:
+            chpart_spark.writer._connector_handoff = real_handoff
         mark(result, "layout=none write")
+
+
+class FailingForget:
+    """The connector's ChpartHandoff (a py4j class), whose `forget` of a load raises."""
+
+    def __init__(self, handoff):
+        assert handoff is not None, "the connector's ChpartHandoff is not in this session's JVM"
+        self._handoff = handoff
+
+    def __getattr__(self, name):
+        return getattr(self._handoff, name)
+
+    def forget(self, load):
+        raise RuntimeError(f"An error occurred while calling ChpartHandoff.forget({load}): the gateway is gone "
+                           "(injected by the test)")
 
 
 # Per scenario: (default master, executors to wait for, session settings, the scenario).
