@@ -147,10 +147,7 @@ fn builds_from_parquet_files_with_absolute_paths() {
     let out = build(&work, source);
     let parts = inspect_parts(&out, None).unwrap_or_else(|e| panic!("{e}\n{out}"));
     // Each INSERT makes its own parts: file 1 gives Jan (12 days) + Feb (8), file 2 Feb (4) + Mar (16).
-    let summary: Vec<(String, u64)> = parts
-        .iter()
-        .map(|p| (p.local_name.to_string(), p.rows))
-        .collect();
+    let summary = names_and_rows(&parts);
     assert_eq!(
         summary,
         [
@@ -267,10 +264,7 @@ fn a_merge_of_named_partitions_leaves_the_others_as_built() {
     let out = command().run(&local_args(&data, &query)).unwrap();
     let out = String::from_utf8(out).unwrap();
     let parts = inspect_parts(&out, Some(Rewrite::Merge)).unwrap_or_else(|e| panic!("{e}\n{out}"));
-    let summary: Vec<(String, u64)> = parts
-        .iter()
-        .map(|p| (p.local_name.to_string(), p.rows))
-        .collect();
+    let summary = names_and_rows(&parts);
     assert_eq!(
         summary,
         [
@@ -297,10 +291,7 @@ fn merged_builds_are_accepted_only_after_a_merge() {
         assert!(err.contains("is a merged part (level 1)"), "{err}");
     }
     let parts = inspect_parts(&out, Some(Rewrite::Merge)).unwrap_or_else(|e| panic!("{e}\n{out}"));
-    let summary: Vec<(String, u64)> = parts
-        .iter()
-        .map(|p| (p.local_name.to_string(), p.rows))
-        .collect();
+    let summary = names_and_rows(&parts);
     // Days 0, 20, 40, 60, 80 from Jan 1: Jan (0, 20), Feb (40), Mar (60, 80), twice each; the
     // first insert takes blocks 1-3, the second 4-6.
     assert_eq!(
@@ -312,6 +303,14 @@ fn merged_builds_are_accepted_only_after_a_merge() {
         ]
     );
     assert!(parts.iter().all(|p| p.level == 1));
+}
+
+/// Each part's local name and rows, in order.
+fn names_and_rows(parts: &[BuiltPart]) -> Vec<(String, u64)> {
+    parts
+        .iter()
+        .map(|p| (p.local_name.to_string(), p.rows))
+        .collect()
 }
 
 /// Copies directory trees (no symlinks in parts).
@@ -649,10 +648,7 @@ fn every_engine_keeps_every_input_row() {
         let query = build_query(&ddl, "chpart", "t", &columns, folding_rows(work.path())).unwrap();
         let out = run_in(&work.path().join("ch"), &query);
         let parts = inspect_parts(&out, None).unwrap_or_else(|e| panic!("{engine}: {e}\n{out}"));
-        let rows: Vec<(String, u64)> = parts
-            .iter()
-            .map(|p| (p.local_name.to_string(), p.rows))
-            .collect();
+        let rows = names_and_rows(&parts);
         assert_eq!(
             rows,
             [("202601_1_1_0".into(), 300), ("202602_2_2_0".into(), 300)],
