@@ -345,19 +345,22 @@ pub fn run_clickhouse_local(
         // A merge of every partition (asked for, or a folding engine's), else of the partitions
         // the build split over several parts (chunks of a stream, input files), if any.
         let merge_all = merge || folds;
-        let split = match merge_all || !build.merge_split_partitions {
-            true => Vec::new(),
-            false => split_partitions(&inserted),
+        let split = if merge_all || !build.merge_split_partitions {
+            Vec::new()
+        } else {
+            split_partitions(&inserted)
         };
         if !split.is_empty() {
             tracing::info!(
-                "merging {} partition(s) of table {table} that the build wrote as several parts",
-                split.len()
+                "merging {} partition(s) the build wrote as several parts into one part each (local table {table}: {})",
+                split.len(),
+                some_of(split.iter().map(|id| id.as_str()), 10)
             );
         }
         let mut parts = inserted;
-        let mut removed = [0u64; 2]; // by TTL, by the engine's fold
-                                     // The merge of split partitions alone leaves the others' expired rows: TTL first.
+        // Rows removed by TTL, and by the engine's fold.
+        let mut removed = [0u64; 2];
+        // Only a merge of every partition applies the TTL of all: otherwise TTL first.
         let ttl_first = ttl_expired && (folds || !merge);
         let rewrites = [
             ttl_first.then_some(Rewrite::ApplyTtl),
@@ -400,6 +403,16 @@ pub fn run_clickhouse_local(
         });
     }
     Ok(out)
+}
+
+/// The first `n` of `items`, comma-separated, and how many more there are.
+fn some_of<'a>(items: impl ExactSizeIterator<Item = &'a str>, n: usize) -> String {
+    let more = items.len().saturating_sub(n);
+    let shown: Vec<&str> = items.take(n).collect();
+    match more {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
 }
 
 /// Whether the table's engine folds rows when it merges (every MergeTree-family engine but the
@@ -465,4 +478,19 @@ fn parquet_sources(
     }
     let plan = plan.ok_or_else(|| LocalError::Build("no input files given".into()))?;
     Ok((files, plan, rows))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn some_of_names_the_first_and_counts_the_rest() {
+        let ids = ["20260101", "20260102", "20260103"];
+        for (n, want) in [
+            (3, "20260101, 20260102, 20260103"),
+            (10, "20260101, 20260102, 20260103"),
+            (2, "20260101, 20260102 and 1 more"),
+        ] {
+            assert_eq!(super::some_of(ids.into_iter(), n), want, "{n}");
+        }
+    }
 }
