@@ -306,9 +306,9 @@ fn an_arrow_stream_is_built_in_bounded_chunks() {
     let ch = shared();
     let s = Setup::new(ch, "build_chunks");
     let stream = arrow_stream_of(&s, 300_000);
-    // The same stream of two months in 1 MiB chunks: by default the chunks' parts of a month
-    // are merged into one before shipping; with merge_split_partitions = false they are
-    // shipped as built, a part per month per chunk.
+    // The same stream of two months in 1 MiB chunks: with merge_split_partitions = true the
+    // chunks' parts of a month are merged into one before shipping; with false (the default)
+    // they are shipped as built, a part per month per chunk.
     for (i, merge_split) in [true, false].into_iter().enumerate() {
         let load = format!("bc-{i}");
         assert_eq!(

@@ -34,7 +34,8 @@ fn load(s: &Setup, load: &str, begin: &[&str], rows: &str) -> chpart_core::Manif
     load_files(s, load, begin, &[rows])
 }
 
-/// [`load`] of one build whose input is one Parquet file per query of `files`.
+/// [`load`] of one build whose input is one Parquet file per query of `files`, with
+/// `merge_split_partitions` on (a partition the files split is shipped as one part).
 fn load_files(s: &Setup, load: &str, begin: &[&str], files: &[&str]) -> chpart_core::Manifest {
     ok(&s.begin(load, begin), "begin");
     let inputs: Vec<PathBuf> = files
@@ -51,6 +52,7 @@ fn load_files(s: &Setup, load: &str, begin: &[&str], files: &[&str]) -> chpart_c
         .collect();
     let manifest = manifest_of(
         s.build_cmd(load, &format!("app-1.{load}"), 0)
+            .env("CHPART_CLICKHOUSE_LOCAL_MERGE_SPLIT_PARTITIONS", "true")
             .arg("--input")
             .args(&inputs)
             .output()

@@ -73,8 +73,8 @@ pub const NO_BACKGROUND_MERGES: &str = "max_bytes_to_merge_at_max_space_in_pool 
 /// byte limit or at the end of the file, so the whole file becomes one block (clickhouse-local
 /// holds it in memory while it sorts and writes it: 280 MB of rows peaked at 1.0 GB RSS with
 /// chdb 26.9, against 0.9 GB with the default blocks). Larger inputs still give one part per
-/// [`ONE_BLOCK_BYTES`], which the build then merges into one part per partition (see
-/// [`split_partitions`]).
+/// [`ONE_BLOCK_BYTES`], which a build with `merge_split_partitions` merges into one part per
+/// partition (see [`split_partitions`]).
 pub const ONE_BLOCK: &str =
     "min_insert_block_size_rows = 0, min_insert_block_size_bytes = 1073741824";
 

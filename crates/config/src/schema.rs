@@ -185,11 +185,13 @@ pub struct RawClickHouseLocal {
     /// squashes into one block, so chunks add no parts). Example: `spool_chunk_mib = 256`.
     #[serde(default = "default_spool_chunk_mib")]
     pub spool_chunk_mib: u64,
-    /// Merge each partition a build wrote as several parts (one per spooled chunk of a stream,
-    /// one per Parquet file) into one part before shipping, on the executor, so the server has
-    /// none of the build's parts to merge; partitions the build wrote as one part are shipped
-    /// as built. Default true. `build --merge` merges every partition.
-    #[serde(default = "default_true")]
+    /// Merge each partition a build wrote as several parts (one per 1 GiB block of input: per
+    /// spooled chunk of a stream, per Parquet file, two for a large file) into one part before
+    /// shipping, on the executor, so the server has none of the build's parts to merge;
+    /// partitions the build wrote as one part are shipped as built. Default false (the merge
+    /// costs the build about what the server's merge would: 10M rows, 1.2 GB, 14 s became 20 s).
+    /// `build --merge` merges every partition.
+    #[serde(default)]
     pub merge_split_partitions: bool,
 }
 
@@ -256,8 +258,4 @@ fn default_build_timeout_secs() -> u64 {
 }
 fn default_ledger_database() -> String {
     "chpart".into()
-}
-
-fn default_true() -> bool {
-    true
 }

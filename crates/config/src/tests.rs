@@ -63,7 +63,7 @@ fn defaults_apply_and_paths_are_normalised() {
     assert_eq!(config.ledger_database, "chpart");
     assert_eq!(config.staging_root, "/var/lib/clickhouse/chpart-staging");
     assert!(matches!(config.transport, Transport::Local));
-    assert!(config.clickhouse_local.merge_split_partitions);
+    assert!(!config.clickhouse_local.merge_split_partitions);
 }
 
 #[test]
@@ -79,7 +79,7 @@ fn environment_overrides_keys_of_every_section() {
             ("CHPART_CLICKHOUSE_REQUEST_TIMEOUT_SECS", "7"),
             ("CHPART_LEDGER_DATABASE", "loads"),
             ("CHPART_CLICKHOUSE_PASSWORD", "from-env"),
-            ("CHPART_CLICKHOUSE_LOCAL_MERGE_SPLIT_PARTITIONS", "false"),
+            ("CHPART_CLICKHOUSE_LOCAL_MERGE_SPLIT_PARTITIONS", "true"),
             ("CHPART_CONFIG", "/ignored/reserved.toml"),
             ("UNRELATED", "x"),
         ],
@@ -92,7 +92,7 @@ fn environment_overrides_keys_of_every_section() {
     );
     assert_eq!(config.clickhouse.request_timeout, Duration::from_secs(7));
     assert_eq!(config.ledger_database, "loads");
-    assert!(!config.clickhouse_local.merge_split_partitions);
+    assert!(config.clickhouse_local.merge_split_partitions);
     assert_eq!(
         config.clickhouse.password.as_ref().map(Secret::expose),
         Some("from-env")

@@ -96,7 +96,7 @@ pub struct BuildEnv<'a> {
     pub spool_chunk_bytes: u64,
     /// Merge each partition the build wrote as several parts (one per spooled chunk or input
     /// file) into one before shipping, so that the server has nothing of this attempt's to merge
-    /// ([`chpart_build::local::LocalBuild::merge_split_partitions`]; on unless configured).
+    /// ([`chpart_build::local::LocalBuild::merge_split_partitions`]; off unless configured).
     pub merge_split_partitions: bool,
 }
 
