@@ -362,6 +362,8 @@ pub fn run_clickhouse_local(
         let mut removed = [0u64; 2];
         // Only a merge of every partition applies the TTL of all: otherwise TTL first.
         let ttl_first = ttl_expired && (folds || !merge);
+        // What a merge covers: every partition, or the split ones.
+        let partitions = (!merge_all).then_some(split.as_slice());
         let rewrites = [
             ttl_first.then_some(Rewrite::ApplyTtl),
             (merge_all || !split.is_empty()).then_some(if ttl_first {
@@ -373,7 +375,6 @@ pub fn run_clickhouse_local(
         for (i, rewrite) in rewrites.into_iter().enumerate() {
             let Some(rewrite) = rewrite else { continue };
             let before = rows_of(&parts);
-            let partitions = (!merge_all).then_some(split.as_slice());
             let query = rewrite_query(LOCAL_DATABASE, table, rewrite, partitions);
             let output = local.run(&local_args(&data, &query))?;
             parts = inspect(&output, Some(rewrite))?;

@@ -42,9 +42,8 @@ use crate::exit::{self, Failure};
 
 /// Input bytes one build takes at most, unless fewer builds than `--jobs` would result: a
 /// build is one clickhouse-local run, one attempt and at least one part per table partition it
-/// touches (one, with `merge_split_partitions` on), so fewer
-/// builds mean fewer parts for the server to merge, and more builds mean more cores busy and
-/// less to redo after a kill.
+/// touches (one, with `merge_split_partitions` on), so fewer builds mean fewer parts for the
+/// server to merge, and more builds mean more cores busy and less to redo after a kill.
 pub const BUILD_INPUT_BYTES: u64 = 1 << 30;
 
 /// One input file.
