@@ -248,12 +248,7 @@ fn arrow_stream_on_stdin_over_sftp_into_the_target() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&std::fs::read(&stream).unwrap())
-        .unwrap();
+    write_stdin(&mut child, &stream);
     let m =
         manifest_of(child.wait_with_output().unwrap()).unwrap_or_else(|o| panic!("{}", text(&o)));
     assert_eq!((m.source_rows, m.total_rows()), (200_000, 200_000));
@@ -297,10 +292,17 @@ pub fn arrow_stream_of(s: &Setup, rows: u64) -> PathBuf {
     write_rows(s.dir.path(), "rows.arrows", &select, "ArrowStream")
 }
 
+/// Writes `file` into the child's stdin and closes it.
+fn write_stdin(child: &mut std::process::Child, file: &Path) {
+    let mut stdin = child.stdin.take().expect("the child's stdin is piped");
+    stdin.write_all(&std::fs::read(file).unwrap()).unwrap();
+}
+
 /// An Arrow stream on stdin is spooled in bounded chunks (here `spool_chunk_mib = 1`, about
 /// 9 MiB of rows): each chunk is built by its own clickhouse-local session while the next is
 /// written, so the work dir never holds more than two chunks, and the parts hold every row
-/// once. Each chunk is one INSERT, so this small bound gives a part per partition per chunk.
+/// once. Each chunk is one INSERT, so this small bound gives a part per partition per chunk,
+/// unless `merge_split_partitions` merges them.
 #[test]
 fn an_arrow_stream_is_built_in_bounded_chunks() {
     let ch = shared();
@@ -352,12 +354,7 @@ fn an_arrow_stream_is_built_in_bounded_chunks() {
                 (most, seen)
             })
         };
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(&std::fs::read(&stream).unwrap())
-            .unwrap();
+        write_stdin(&mut child, &stream);
         let out = child.wait_with_output().unwrap();
         watching.store(false, std::sync::atomic::Ordering::SeqCst);
         let (most, seen) = watcher.join().unwrap();
