@@ -354,7 +354,7 @@ pub fn run_clickhouse_local(
             tracing::info!(
                 "merging {} partition(s) the build wrote as several parts into one part each (local table {table}: {})",
                 split.len(),
-                some_of(split.iter().map(|id| id.as_str()), 10)
+                chpart_core::text::some_of(split.iter(), 10)
             );
         }
         let mut parts = inserted;
@@ -404,16 +404,6 @@ pub fn run_clickhouse_local(
         });
     }
     Ok(out)
-}
-
-/// The first `n` of `items`, comma-separated, and how many more there are.
-fn some_of<'a>(items: impl ExactSizeIterator<Item = &'a str>, n: usize) -> String {
-    let more = items.len().saturating_sub(n);
-    let shown: Vec<&str> = items.take(n).collect();
-    match more {
-        0 => shown.join(", "),
-        more => format!("{} and {more} more", shown.join(", ")),
-    }
 }
 
 /// Whether the table's engine folds rows when it merges (every MergeTree-family engine but the
@@ -479,19 +469,4 @@ fn parquet_sources(
     }
     let plan = plan.ok_or_else(|| LocalError::Build("no input files given".into()))?;
     Ok((files, plan, rows))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn some_of_names_the_first_and_counts_the_rest() {
-        let ids = ["20260101", "20260102", "20260103"];
-        for (n, want) in [
-            (3, "20260101, 20260102, 20260103"),
-            (10, "20260101, 20260102, 20260103"),
-            (2, "20260101, 20260102 and 1 more"),
-        ] {
-            assert_eq!(super::some_of(ids.into_iter(), n), want, "{n}");
-        }
-    }
 }

@@ -18,6 +18,7 @@
 //! - [`routing`]: a Distributed table's engine arguments, and the SQL that says which shard
 //!   each row belongs to, exactly as ClickHouse routes it.
 //! - [`time`]: UTC calendar arithmetic for dates given on the command line.
+//! - [`text`]: short lists in messages (a few names and how many more).
 //! - [`commit`]: the driver's decisions: which manifests win, the commit plan, and what a
 //!   (re-)started commit does next from the ledger and fresh observations.
 
@@ -37,6 +38,7 @@ pub mod sql;
 pub mod staging;
 #[cfg(test)]
 mod testutil;
+pub mod text;
 pub mod time;
 pub mod version;
 

@@ -243,7 +243,7 @@ fn a_fault_on_one_shard_never_loses_or_duplicates_rows() {
             staging: StagingLayout::new(&reach.staging[&cluster.node(1).address.to_string()])
                 .unwrap(),
             spool_chunk_bytes: chpart_protocol::build::DEFAULT_SPOOL_CHUNK_BYTES,
-            merge_split_partitions: true,
+            merge_split_partitions: false,
         };
         let mut lines = Vec::new();
         for (partition, attempt, from) in [(0, "a0-lost", 0), (0, "a0-won", 0), (1, "a1", 2000)] {

@@ -63,22 +63,11 @@ impl PartList {
 
 impl fmt::Display for PartList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const SHOWN: usize = 3;
         match self.0.len() {
-            0 => return f.write_str("no parts"),
-            1 => f.write_str("part ")?,
-            _ => f.write_str("parts ")?,
+            0 => f.write_str("no parts"),
+            1 => write!(f, "part {}", self.0[0]),
+            _ => write!(f, "parts {}", crate::text::some_of(self.0.iter(), 3)),
         }
-        for (i, name) in self.0.iter().take(SHOWN).enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{name}")?;
-        }
-        if self.0.len() > SHOWN {
-            write!(f, " and {} more", self.0.len() - SHOWN)?;
-        }
-        Ok(())
     }
 }
 

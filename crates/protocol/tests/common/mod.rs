@@ -204,7 +204,7 @@ pub fn built_load(
         work_parent: dir.path().join("work"),
         staging: StagingLayout::new(&staging).unwrap(),
         spool_chunk_bytes: chpart_protocol::build::DEFAULT_SPOOL_CHUNK_BYTES,
-        merge_split_partitions: true,
+        merge_split_partitions: false,
     };
     let mut winners = Vec::new();
     for p in 0..spark_partitions {
