@@ -161,9 +161,15 @@ fn run_spooled(
         chunks,
         current: None,
     };
-    let pumper = std::thread::spawn(move || pump.pump_chunked(chunk_bytes, &mut sink));
+    let started = std::time::Instant::now();
+    let pumper = std::thread::spawn(move || {
+        let pumped = pump.pump_chunked(chunk_bytes, &mut sink);
+        (pumped, started.elapsed())
+    });
     let mut output = None;
+    let mut sessions = std::time::Duration::ZERO;
     for (i, chunk) in done.iter().enumerate() {
+        let session_started = std::time::Instant::now();
         let file: FileSource = (
             chunk.clone(),
             "ArrowStream".to_owned(),
@@ -173,20 +179,30 @@ fn run_spooled(
             .query(i == 0, vec![file])
             .map_err(build_err)
             .and_then(|query| Ok(local.run(&local_args(data, &query))?));
+        sessions += session_started.elapsed();
         let _ = std::fs::remove_file(&chunk);
         // On failure the pump is left to stop at its next chunk (its hand-over fails) or with
         // its input: it may be waiting for the producer, which this build no longer reads.
         output = Some(run?);
     }
-    let stats = pumper
+    let (stats, streamed) = pumper
         .join()
-        .map_err(|_| LocalError::Build("the input pump panicked".into()))??;
+        .map_err(|_| LocalError::Build("the input pump panicked".into()))?;
+    let stats = stats?;
     let output = output
         .ok_or_else(|| LocalError::Build("the Arrow stream was pumped into no chunk".into()))?;
-    tracing::debug!(
-        "built from {} spooled chunk(s) of at most about {} MiB",
+    // Which side is slower: the producer (most of the stream's time waiting for it) or the
+    // build; and how long clickhouse-local took after (or beside) the stream.
+    tracing::info!(
+        "the Arrow stream: {} rows, {:.1} MB in {:.2}s ({:.2}s of it waiting for its producer), \
+         spooled in {} chunk(s) of at most about {} MiB; clickhouse-local {:.2}s",
+        stats.rows,
+        stats.bytes as f64 / 1e6,
+        streamed.as_secs_f64(),
+        stats.read_wait.as_secs_f64(),
         stats.chunks,
-        chunk_bytes >> 20
+        chunk_bytes >> 20,
+        sessions.as_secs_f64()
     );
     Ok((output, stats))
 }

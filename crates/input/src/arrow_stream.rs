@@ -19,6 +19,7 @@
 use std::io::{BufReader, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use arrow_ipc::reader::StreamReader;
@@ -39,6 +40,9 @@ pub struct StreamStats {
     pub bytes: u64,
     /// Outputs written (one for [`ArrowStreamPump::pump`]).
     pub chunks: u64,
+    /// Time spent in the input's reads: waiting for the producer to write (and copying what
+    /// it wrote). Close to the pump's whole time when the producer is the slower side.
+    pub read_wait: Duration,
 }
 
 /// Where [`ArrowStreamPump::pump_chunked`] writes its chunks.
@@ -84,16 +88,22 @@ impl<W: Write> Write for Counted<W> {
     }
 }
 
-/// Counts bytes and notices end of input, beneath the IPC reader's buffer.
+/// Counts bytes and the time spent reading, and notices end of input, beneath the IPC
+/// reader's buffer.
 struct Tracked<R> {
     inner: R,
     bytes: Arc<AtomicU64>,
     eof: Arc<AtomicBool>,
+    read_nanos: Arc<AtomicU64>,
 }
 
 impl<R: Read> Read for Tracked<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
+        let started = Instant::now();
+        let n = self.inner.read(buf);
+        self.read_nanos
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let n = n?;
         if n == 0 && !buf.is_empty() {
             self.eof.store(true, Ordering::Relaxed);
         }
@@ -110,6 +120,7 @@ pub struct ArrowStreamPump<R: Read> {
     plan: InputPlan,
     bytes: Arc<AtomicU64>,
     eof: Arc<AtomicBool>,
+    read_nanos: Arc<AtomicU64>,
 }
 
 /// A message header announcing more metadata than will ever follow: any IPC reader fails on
@@ -126,10 +137,12 @@ impl<R: Read> ArrowStreamPump<R> {
     ) -> Result<ArrowStreamPump<R>, InputError> {
         let bytes = Arc::new(AtomicU64::new(0));
         let eof = Arc::new(AtomicBool::new(false));
+        let read_nanos = Arc::new(AtomicU64::new(0));
         let tracked = Tracked {
             inner: input,
             bytes: bytes.clone(),
             eof: eof.clone(),
+            read_nanos: read_nanos.clone(),
         };
         let reader = StreamReader::try_new(BufReader::new(tracked), None).map_err(|e| {
             let reason = if bytes.load(Ordering::Relaxed) == 0 {
@@ -149,6 +162,7 @@ impl<R: Read> ArrowStreamPump<R> {
             plan,
             bytes,
             eof,
+            read_nanos,
         })
     }
 
@@ -236,6 +250,7 @@ impl<R: Read> ArrowStreamPump<R> {
             if !more {
                 stats.bytes = self.bytes.load(Ordering::Relaxed);
                 stats.chunks = number;
+                stats.read_wait = Duration::from_nanos(self.read_nanos.load(Ordering::Relaxed));
                 return Ok(stats);
             }
             number += 1;

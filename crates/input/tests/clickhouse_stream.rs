@@ -120,13 +120,15 @@ fn pumped_batches_load_exactly() {
         spark_like(2, None),
     ]);
     let (pumped, clickhouse) = pump_into_clickhouse(&input);
+    let pumped = pumped.unwrap();
     assert_eq!(
-        pumped.unwrap(),
+        pumped,
         StreamStats {
             rows: 6,
             batches: 3,
             bytes: input.len() as u64,
             chunks: 1,
+            read_wait: pumped.read_wait,
         }
     );
     let expected = [
@@ -147,13 +149,15 @@ fn empty_stream_loads_no_rows() {
     writer.finish().unwrap();
     let input = writer.into_inner().unwrap();
     let (pumped, clickhouse) = pump_into_clickhouse(&input);
+    let pumped = pumped.unwrap();
     assert_eq!(
-        pumped.unwrap(),
+        pumped,
         StreamStats {
             rows: 0,
             batches: 0,
             bytes: input.len() as u64,
             chunks: 1,
+            read_wait: pumped.read_wait,
         }
     );
     assert_eq!(clickhouse.unwrap(), "");

@@ -285,6 +285,39 @@ fn stream_target() -> Vec<chpart_input::TargetColumn> {
     ])
 }
 
+/// A producer that is slow to start: its first read waits `delay`.
+struct SlowStart<'a> {
+    rest: &'a [u8],
+    delay: Option<std::time::Duration>,
+}
+
+impl std::io::Read for SlowStart<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(delay) = self.delay.take() {
+            std::thread::sleep(delay);
+        }
+        self.rest.read(buf)
+    }
+}
+
+#[test]
+fn pump_counts_the_time_spent_waiting_for_its_producer() {
+    let input = ipc_stream(&stream_batches(None));
+    let delay = std::time::Duration::from_millis(200);
+    let slow = SlowStart {
+        rest: input.as_slice(),
+        delay: Some(delay),
+    };
+    let pump = ArrowStreamPump::start(slow, &stream_target(), "stdin").unwrap();
+    let stats = pump.pump(Vec::new(), "a buffer").unwrap();
+    assert_eq!(stats.rows, 9);
+    assert!(stats.read_wait >= delay, "{stats:?}");
+    // Reading a buffer in memory takes next to no time.
+    let pump = ArrowStreamPump::start(input.as_slice(), &stream_target(), "stdin").unwrap();
+    let stats = pump.pump(Vec::new(), "a buffer").unwrap();
+    assert!(stats.read_wait < delay, "{stats:?}");
+}
+
 #[test]
 fn pump_passes_a_stream_through_and_counts_it() {
     let input = ipc_stream(&stream_batches(None));
@@ -303,6 +336,7 @@ fn pump_passes_a_stream_through_and_counts_it() {
             batches: 3,
             bytes: input.len() as u64,
             chunks: 1,
+            read_wait: stats.read_wait,
         }
     );
     // What came out is a complete stream with the same rows.
@@ -323,6 +357,7 @@ fn pump_passes_a_stream_through_and_counts_it() {
             batches: 0,
             bytes: empty.len() as u64,
             chunks: 1,
+            read_wait: stats.read_wait,
         }
     );
 }
