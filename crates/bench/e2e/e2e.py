@@ -149,6 +149,24 @@ def process_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def thread_cpu_seconds(pid):
+    """utime + stime of each live thread of a process, summed by thread name (ClickHouse names
+    its threads by pool: HTTPHandler, QueryPipelineEx, MergeMutate, SystemLogFlush, ...). A
+    thread that exits between two readings takes its CPU out of this breakdown, not out of
+    `process_cpu_seconds`."""
+    by_name = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return by_name
+
+
 def tree_cpu_seconds(root):
     """CPU seconds of `root` and every live descendant, each with the CPU of the children it has
     reaped (utime + stime + cutime + cstime): Spark's JVM and Python workers, chpart,
@@ -254,6 +272,9 @@ class Server:
     def cpu(self):
         return process_cpu_seconds(self.pid)
 
+    def thread_cpu(self):
+        return thread_cpu_seconds(self.pid)
+
     def query(self, sql, timeout=300):
         request = urllib.request.Request(self.url + "/", data=sql.encode(), method="POST")
         try:
@@ -347,12 +368,17 @@ class Meter:
     def __enter__(self):
         self.server_t0 = self.server.scalar("SELECT now64(6)")
         self.tree0 = tree_cpu_seconds(os.getpid())
+        self.threads0 = self.server.thread_cpu()
         self.t0, self.cpu0, self.machine0 = time.monotonic(), self.server.cpu(), machine_cpu_seconds()
         return self
 
     def __exit__(self, *exc):
         self.wall = time.monotonic() - self.t0
         self.server_cpu = self.server.cpu() - self.cpu0
+        threads = self.server.thread_cpu()
+        # the server's CPU by thread name, largest first: where the CPU outside statements went
+        self.server_threads = sorted(((name, cpu - self.threads0.get(name, 0.0)) for name, cpu in threads.items()
+                                      if cpu - self.threads0.get(name, 0.0) > 0), key=lambda t: -t[1])
         self.machine_cpu = machine_cpu_seconds() - self.machine0
         self.tree_cpu = tree_cpu_seconds(os.getpid()) - self.tree0
         self.others_cpu = max(0.0, self.machine_cpu - self.tree_cpu)
@@ -493,6 +519,7 @@ def variant_figures(meter, server, table, rows, extra):
         "uncompressed_bytes": uncompressed,
         "bytes_on_disk": on_disk,
         "server_cpu_secs_per_gb": meter.server_cpu / (uncompressed / 1e9),
+        "server_threads_cpu_secs": meter.server_threads,
         "machine_cpu_secs": meter.machine_cpu,
         "other_processes_cpu_secs": meter.others_cpu,
         # this script's process tree: Spark (driver, executors, Python workers), chpart, clickhouse-local,
@@ -785,8 +812,10 @@ def miss_reason(a, b, goal):
     gb = a["uncompressed_bytes"] / 1e9
     top = ", ".join(f"{c} {cpu / gb:.2f}" for c, _, cpu in a["statements"][:4])
     outside = outside_net(a) / gb
+    threads = ", ".join(f"{name} {cpu:.2f}" for name, cpu in a.get("server_threads_cpu_secs", [])[:6])
     return text + (f" (target {goal:.0f}x needs chpart at <= {insert / goal:.2f}); chpart's load in CPU s/GB by "
-                   f"statement: {top}; outside statements, net of idle, {outside:.2f}")
+                   f"statement: {top}; outside statements, net of idle, {outside:.2f}; the server's threads "
+                   f"during the load, CPU s (statements included, idle not subtracted): {threads}")
 
 
 def tradeoff_text(a, py):
@@ -812,7 +841,9 @@ def breakdown_text(f):
     items = [f"{c} {cpu:.2f}s ({n})" for c, n, cpu in f["statements"]]
     rest = f["server_cpu_secs"] - statements_cpu(f["statements"])
     return ", ".join(items + [f"outside statements {rest:.2f}s raw, of which the idle server's {f['idle_cpu_secs']:.2f}s "
-                              f"({f['wall_secs']:.1f}s wall): net {outside_net(f):.2f}s (merges, log flushes)"])
+                              f"({f['wall_secs']:.1f}s wall): net {outside_net(f):.2f}s (merges, log flushes)"]) + (
+        "; by server thread (statements included, idle not subtracted): "
+        + ", ".join(f"{name} {cpu:.2f}s" for name, cpu in f.get("server_threads_cpu_secs", [])[:8]))
 
 
 def merged_of(f):
