@@ -150,21 +150,32 @@ def process_cpu_seconds(pid):
 
 
 def thread_cpu_seconds(pid):
-    """utime + stime of each live thread of a process, summed by thread name (ClickHouse names
-    its threads by pool: HTTPHandler, QueryPipelineEx, MergeMutate, SystemLogFlush, ...). A
-    thread that exits between two readings takes its CPU out of this breakdown, not out of
-    `process_cpu_seconds`."""
-    by_name = {}
+    """{thread id: (name, utime + stime)} of each live thread of a process. ClickHouse names its
+    threads by what they do (HTTPHandler, QueryPipelineEx, MergeMutate, SystemLogFlush, ...)
+    and renames a pool's thread when it takes other work, so compare two readings per thread
+    id, not per name."""
+    threads = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
                 stat = f.read()
         except OSError:
             continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
-        by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLK_TCK
-    return by_name
+        threads[tid] = (stat[stat.index("(") + 1:stat.rindex(")")], (int(fields[11]) + int(fields[12])) / CLK_TCK)
+    return threads
+
+
+def cpu_by_thread_name(before, after):
+    """The CPU each thread used between two readings of `thread_cpu_seconds`, summed by the
+    thread's name at the second, largest first. A thread that exited in between takes its CPU
+    out of this breakdown (not out of `process_cpu_seconds`)."""
+    by_name = {}
+    for tid, (name, cpu) in after.items():
+        used = cpu - before.get(tid, (name, 0.0))[1]
+        if used > 0:
+            by_name[name] = by_name.get(name, 0.0) + used
+    return sorted(by_name.items(), key=lambda t: -t[1])
 
 
 def tree_cpu_seconds(root):
@@ -375,10 +386,8 @@ class Meter:
     def __exit__(self, *exc):
         self.wall = time.monotonic() - self.t0
         self.server_cpu = self.server.cpu() - self.cpu0
-        threads = self.server.thread_cpu()
         # the server's CPU by thread name, largest first: where the CPU outside statements went
-        self.server_threads = sorted(((name, cpu - self.threads0.get(name, 0.0)) for name, cpu in threads.items()
-                                      if cpu - self.threads0.get(name, 0.0) > 0), key=lambda t: -t[1])
+        self.server_threads = cpu_by_thread_name(self.threads0, self.server.thread_cpu())
         self.machine_cpu = machine_cpu_seconds() - self.machine0
         self.tree_cpu = tree_cpu_seconds(os.getpid()) - self.tree0
         self.others_cpu = max(0.0, self.machine_cpu - self.tree_cpu)
