@@ -141,11 +141,21 @@ def free_ports(n):
             s.close()
 
 
+def read_stat(path):
+    """(name, fields) of a /proc/<pid>/stat or /proc/<pid>/task/<tid>/stat, fields[0] being
+    field 3 (state): utime and stime (fields 14 and 15) are fields[11] and fields[12]. None when
+    the process or thread is gone."""
+    try:
+        with open(path) as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+
+
 def process_cpu_seconds(pid):
-    """utime + stime of a process (all its threads), from /proc/<pid>/stat fields 14 and 15."""
-    with open(f"/proc/{pid}/stat") as f:
-        stat = f.read()
-    fields = stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 (state)
+    """utime + stime of a process (all its threads)."""
+    _, fields = read_stat(f"/proc/{pid}/stat")
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
@@ -156,13 +166,10 @@ def thread_cpu_seconds(pid):
     id, not per name."""
     threads = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        threads[tid] = (stat[stat.index("(") + 1:stat.rindex(")")], (int(fields[11]) + int(fields[12])) / CLK_TCK)
+        stat = read_stat(f"/proc/{pid}/task/{tid}/stat")
+        if stat is not None:
+            name, fields = stat
+            threads[tid] = (name, (int(fields[11]) + int(fields[12])) / CLK_TCK)
     return threads
 
 
@@ -184,13 +191,9 @@ def tree_cpu_seconds(root):
     clickhouse-local and the server are all descendants of this process."""
     stats = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
+        stat = read_stat(f"/proc/{entry}/stat") if entry.isdigit() else None
+        if stat is not None:
+            fields = stat[1]
             stats[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
     children = {}
     for pid, (ppid, _) in stats.items():

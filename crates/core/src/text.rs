@@ -2,7 +2,7 @@
 
 use std::fmt::Display;
 
-/// The first `n` of `items`, comma-separated, then " and <k> more" when `k` are left out.
+/// The first `n` of `items`, comma-separated, then ` and k more` when `k` of them are left out.
 pub fn some_of<T: Display>(items: impl ExactSizeIterator<Item = T>, n: usize) -> String {
     let more = items.len().saturating_sub(n);
     let shown: Vec<String> = items.take(n).map(|item| item.to_string()).collect();
