@@ -174,6 +174,50 @@ fn load_reads_files_and_directories_once_and_a_rerun_changes_nothing() {
     assert!(text(&out).contains("no *.parquet file"), "{}", text(&out));
 }
 
+/// A re-run that reads the load as open and finds it committed when it begins (committed in
+/// between by another run, or by the last request of a killed run that the server carried out
+/// after the kill) reports it committed: exit 0, nothing built, the rows once.
+#[test]
+fn a_load_committed_between_a_reruns_reads_is_reported_committed() {
+    let ch = shared();
+    let s = Setup::with_tables(ch, "load_race", COLUMNS, ENGINE, &["events"]);
+    let files = inputs(&s.dir.path().join("in"), 2);
+    let given: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    // The first run builds and stops before its commit (the debug build's crash hook): open.
+    let first = load_cmd(&s, &s.table, "race-1", &given, &["--json"])
+        .env("CHPART_TEST_CRASH_AT", "load-before-commit")
+        .output()
+        .unwrap();
+    assert_ne!(first.status.code(), Some(0), "{}", text(&first));
+    // A second run reads the ledger (open) and waits before it begins.
+    let pause = s.dir.path().join("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    let second = load_cmd(&s, &s.table, "race-1", &given, &["--json"])
+        .env("CHPART_TEST_PAUSE_AT", "load-before-begin")
+        .env("CHPART_TEST_PAUSE_DIR", &pause)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let paused =
+        chpart_testenv::wait_until(Duration::from_secs(60), || pause.join("paused").exists());
+    assert!(paused, "the second run did not reach its begin within 60 s");
+    // A third run commits the load meanwhile.
+    let third = summary(&load(&s, &s.table, "race-1", &given, &["--json"]));
+    assert_eq!(third["rows"], 2000, "{third}");
+    std::fs::write(pause.join("resume"), b"").unwrap();
+    let second = summary(&second.wait_with_output().unwrap());
+    assert_eq!(second["already_committed"], true, "{second}");
+    assert_eq!(second["built_now"], 0, "{second}");
+    assert_eq!(second["rows"], 2000, "{second}");
+    assert_eq!(ch.q(&format!("SELECT count() FROM {}", s.table)), "2000\n");
+    assert!(
+        leftovers(&s, "race-1").is_empty(),
+        "{:?}",
+        leftovers(&s, "race-1")
+    );
+}
+
 #[test]
 fn a_bad_input_file_is_named_nothing_is_attached_and_the_load_is_aborted() {
     let ch = shared();

@@ -26,7 +26,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Context};
 use chpart_core::{Attempt, AttemptId, LoadId, TableRef};
 use chpart_protocol::api::begin_load;
-use chpart_protocol::begin::{check_inputs, BeginRequest};
+use chpart_protocol::begin::{check_inputs, BeginError, BeginRequest};
 use chpart_protocol::build::{build, BuildRequest, Input};
 use chpart_protocol::commit::CommitRequest;
 use chpart_protocol::events::Step;
@@ -95,85 +95,104 @@ pub fn run_load(args: LoadArgs) -> Result<ExitCode, Failure> {
     let sources = resolve(&args.input, jobs)?;
     let inputs = sources.inputs(jobs);
     let driver = crate::context::driver_env_of(config.clone())?;
-    let view = driver
-        .rt
-        .block_on(driver.ledger.view(&load, chpart_protocol::KNOWN_KINDS))
-        .map_err(|e| Failure::new(e.kind(), e))?;
+    let read_view = || {
+        driver
+            .rt
+            .block_on(driver.ledger.view(&load, chpart_protocol::KNOWN_KINDS))
+            .map_err(|e| Failure::new(e.kind(), e))
+    };
+    let mut view = read_view()?;
+    let mut read_again = false;
     let mode: Mode = args.mode.into();
     let mut built_now = 0;
     let mut built_before = 0;
-    match (&view.state, &view.spec) {
-        (LoadState::Aborted, _) => {
-            return Err(Failure::new(
-                FailureKind::Fenced,
-                anyhow!("load {load} was aborted: nothing of it will be attached; load the inputs under a new load id"),
-            ))
-        }
-        (LoadState::Committed, Some(spec)) => {
-            check_inputs(&load, spec.inputs.as_ref(), Some(&inputs))
-                .map_err(|e| Failure::new(e.kind(), e))?;
-            tracing::info!("load {load} is already committed with these inputs: nothing to load");
-        }
-        _ => {
-            let request = BeginRequest {
-                load: load.clone(),
-                target: target.clone(),
-                mode,
-                visibility: args.visibility.into(),
-                host: config.clickhouse.host_name.clone(),
-                allow_materialized_views: args.allow_materialized_views,
-                clickhouse_local_version: crate::context::local_version(&config),
-                staging: crate::context::staging_roots(&config)?,
-                shard_of: None,
-                inputs: Some(inputs.clone()),
-            };
-            let spec = driver
-                .rt
-                .block_on(begin_load(&driver.ledger, &driver.reach, &request))
-                .map_err(|e| Failure::new(e.kind(), e))?
-                .spec()
-                .clone();
-            // A re-run follows the split the first run chose and recorded.
-            let builds = spec.inputs.as_ref().map_or(inputs.builds, |i| i.builds);
-            if view.planned() {
-                tracing::info!("load {load}: its commit plan is recorded; resuming the commit");
-            } else {
-                let done = run_builds(
-                    &load,
-                    &sources,
-                    builds,
-                    jobs,
-                    &state_dir,
-                    config.clone(),
-                    args.merge,
-                );
-                let done = match done {
-                    Ok(done) => done,
-                    Err(failure) => {
-                        return Err(abort_if_permanent(&driver, &load, &state_dir, failure))
-                    }
+    loop {
+        match (&view.state, &view.spec) {
+            (LoadState::Aborted, _) => {
+                return Err(Failure::new(
+                    FailureKind::Fenced,
+                    anyhow!("load {load} was aborted: nothing of it will be attached; load the inputs under a new load id"),
+                ))
+            }
+            (LoadState::Committed, Some(spec)) => {
+                check_inputs(&load, spec.inputs.as_ref(), Some(&inputs))
+                    .map_err(|e| Failure::new(e.kind(), e))?;
+                tracing::info!("load {load} is already committed with these inputs: nothing to load");
+                break;
+            }
+            _ => {
+                let request = BeginRequest {
+                    load: load.clone(),
+                    target: target.clone(),
+                    mode,
+                    visibility: args.visibility.into(),
+                    host: config.clickhouse.host_name.clone(),
+                    allow_materialized_views: args.allow_materialized_views,
+                    clickhouse_local_version: crate::context::local_version(&config),
+                    staging: crate::context::staging_roots(&config)?,
+                    shard_of: None,
+                    inputs: Some(inputs.clone()),
                 };
-                built_now = done.built_now;
-                built_before = done.lines.len() - done.built_now;
-                let winners = done
-                    .lines
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, line)| (i + 1, line))
-                    .collect();
-                return finish(
-                    &driver,
-                    &args,
-                    Finish {
-                        load,
-                        inputs: spec.inputs.unwrap_or(inputs),
-                        winners: Some((winners, builds)),
-                        built_now,
-                        built_before,
-                        state_dir,
-                        started,
-                    },
-                );
+                crash_point("load-before-begin");
+                let spec = match driver
+                    .rt
+                    .block_on(begin_load(&driver.ledger, &driver.reach, &request))
+                {
+                    Ok(begun) => begun.spec().clone(),
+                    // Finished since this run read the ledger: by a request of an earlier run
+                    // that the server carried out after that run was killed (the commit's last
+                    // write), or by another run. Read it again: committed with these inputs is
+                    // reported as such, aborted refused.
+                    Err(BeginError::NotOpen { .. }) if !read_again => {
+                        read_again = true;
+                        view = read_view()?;
+                        continue;
+                    }
+                    Err(e) => return Err(Failure::new(e.kind(), e)),
+                };
+                // A re-run follows the split the first run chose and recorded.
+                let builds = spec.inputs.as_ref().map_or(inputs.builds, |i| i.builds);
+                if view.planned() {
+                    tracing::info!("load {load}: its commit plan is recorded; resuming the commit");
+                    break;
+                } else {
+                    let done = run_builds(
+                        &load,
+                        &sources,
+                        builds,
+                        jobs,
+                        &state_dir,
+                        config.clone(),
+                        args.merge,
+                    );
+                    let done = match done {
+                        Ok(done) => done,
+                        Err(failure) => {
+                            return Err(abort_if_permanent(&driver, &load, &state_dir, failure))
+                        }
+                    };
+                    built_now = done.built_now;
+                    built_before = done.lines.len() - done.built_now;
+                    let winners = done
+                        .lines
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, line)| (i + 1, line))
+                        .collect();
+                    return finish(
+                        &driver,
+                        &args,
+                        Finish {
+                            load,
+                            inputs: spec.inputs.unwrap_or(inputs),
+                            winners: Some((winners, builds)),
+                            built_now,
+                            built_before,
+                            state_dir,
+                            started,
+                        },
+                    );
+                }
             }
         }
     }
