@@ -82,6 +82,32 @@ def connector_jar():
     return path
 
 
+def pyspark_jars():
+    import pyspark
+
+    return os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "jars")
+
+
+@pytest.fixture(scope="module")
+def test_classes(connector_jar, tmp_path_factory):
+    """java/*.java (the test plugin and the extraction program) compiled against pyspark's jars
+    and the connector's jar, as one jar."""
+    if not shutil.which("javac") or not shutil.which("jar"):
+        pytest.fail("javac and jar are needed: install openjdk-17-jdk-headless (bash deploy/install.sh)",
+                    pytrace=False)
+    out = tmp_path_factory.mktemp("test-classes")
+    classes = out / "classes"
+    classes.mkdir()
+    sources = sorted(str(p) for p in (ROOT / "tests" / "spark" / "java").glob("*.java"))
+    javac = subprocess.run(["javac", "--release", "17", "-Xlint:all,-path,-classfile", "-Werror", "-cp",
+                            os.pathsep.join([os.path.join(pyspark_jars(), "*"), connector_jar]), "-d", str(classes),
+                            *sources], capture_output=True, text=True, timeout=300)
+    assert javac.returncode == 0, f"javac {sources} failed:\n{javac.stdout}\n{javac.stderr}"
+    jar = out / "chpart-test-classes.jar"
+    subprocess.run(["jar", "--create", "--file", str(jar), "-C", str(classes), "."], check=True, timeout=120)
+    return str(jar)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def environment():
     """Java 17, pyspark 4.3.0, chpart_spark (from deploy/spark) and the engine must be there."""

@@ -27,7 +27,7 @@ import zipfile
 import pytest
 
 from chpart_spark.checksum import Checksum
-from conftest import ROOT, spark_conf
+from conftest import ROOT, pyspark_jars, spark_conf
 from datasets import create_table_sql
 from failure_jobs import eventlog
 from helpers import assert_exactly_once, assert_gc_leaves_nothing, load_status
@@ -39,12 +39,6 @@ RESOURCE = "chpart/linux-x86_64/chpart"
 SCRUBBED_PATH = "/usr/bin:/bin"
 JOB_TIMEOUT = 300
 ROWS = 40_000
-
-
-def pyspark_jars():
-    import pyspark
-
-    return os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "jars")
 
 
 def glibc_floor():
@@ -87,26 +81,6 @@ def scrubbed_env():
     env = {k: v for k, v in os.environ.items() if k != "CHPART_BIN"}
     env["PATH"] = SCRUBBED_PATH
     return env
-
-
-@pytest.fixture(scope="module")
-def test_classes(connector_jar, tmp_path_factory):
-    """java/*.java (the test plugin and the extraction program) compiled against pyspark's jars
-    and the connector's jar, as one jar."""
-    if not shutil.which("javac") or not shutil.which("jar"):
-        pytest.fail("javac and jar are needed: install openjdk-17-jdk-headless (bash deploy/install.sh)",
-                    pytrace=False)
-    out = tmp_path_factory.mktemp("test-classes")
-    classes = out / "classes"
-    classes.mkdir()
-    sources = sorted(str(p) for p in (ROOT / "tests" / "spark" / "java").glob("*.java"))
-    javac = subprocess.run(["javac", "--release", "17", "-Xlint:all,-path,-classfile", "-Werror", "-cp",
-                            os.pathsep.join([os.path.join(pyspark_jars(), "*"), connector_jar]), "-d", str(classes),
-                            *sources], capture_output=True, text=True, timeout=300)
-    assert javac.returncode == 0, f"javac {sources} failed:\n{javac.stdout}\n{javac.stderr}"
-    jar = out / "chpart-test-classes.jar"
-    subprocess.run(["jar", "--create", "--file", str(jar), "-C", str(classes), "."], check=True, timeout=120)
-    return str(jar)
 
 
 def extract_concurrently(connector_jar, test_classes, directory, threads=8):

@@ -27,7 +27,7 @@ import sys
 
 import pytest
 
-from conftest import spark_conf
+from conftest import pyspark_jars, spark_conf
 from datasets import create_table_sql, write_events_parquet
 from failure_jobs import eventlog, probe
 from helpers import (assert_exactly_once, assert_gc_leaves_nothing, assert_winners_and_losers,
@@ -44,12 +44,6 @@ ROWS = 40_000
 def make_table(clickhouse):
     clickhouse.query("CREATE DATABASE db")
     clickhouse.query(create_table_sql(TABLE))
-
-
-def pyspark_jars():
-    import pyspark
-
-    return os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "jars")
 
 
 def compile_example(tmp_path):
