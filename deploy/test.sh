@@ -11,7 +11,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> %s (%s, %ss in)\n' "$*" "$(date -u +%H:%M:%S)" "$SECONDS"; }
 fast=false
 case "${1:-}" in
   "") ;;
@@ -59,4 +59,5 @@ connector_jar="$(bash deploy/spark/build-connector.sh)"
 step "Spark end-to-end tests (tests/spark: pyspark 4.3.0 + Java 17 against the real engine)"
 # The chpart binary the tests run (debug; `cargo test` above has built nearly all of it).
 cargo build --locked --bin chpart
-TEST_CHPART_BIN="$root/target/debug/chpart" TEST_CHPART_JAR="$connector_jar" .venv/bin/python -m pytest tests/spark -q
+TEST_CHPART_BIN="$root/target/debug/chpart" TEST_CHPART_JAR="$connector_jar" .venv/bin/python -m pytest tests/spark -q --durations=15
+step "every check and every tier passed"

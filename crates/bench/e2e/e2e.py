@@ -110,8 +110,11 @@ VARIANT_LABELS = {
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BUSY_CPUS = 0.2  # CPUs used on average by other processes during a load: above this, its timing is suspect
 
-# Spark's own logging: errors only (the benchmark prints what matters).
+# Spark's own logging: errors only (the benchmark prints what matters), but the connector's
+# build tasks' line on where their stream's time went.
 LOG4J2 = """rootLogger.level = error
+logger.chpart.name = chpart.spark.ChpartDataWriter
+logger.chpart.level = info
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
