@@ -90,8 +90,8 @@ def pyspark_jars():
 
 @pytest.fixture(scope="module")
 def test_classes(connector_jar, tmp_path_factory):
-    """java/*.java (the test plugin and the extraction program) compiled against pyspark's jars
-    and the connector's jar, as one jar."""
+    """java/*.java (the test plugin and the test programs) compiled against pyspark's jars and
+    the connector's jar, as one jar."""
     if not shutil.which("javac") or not shutil.which("jar"):
         pytest.fail("javac and jar are needed: install openjdk-17-jdk-headless (bash deploy/install.sh)",
                     pytrace=False)

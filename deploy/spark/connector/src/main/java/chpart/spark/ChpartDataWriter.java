@@ -239,21 +239,28 @@ final class ChpartDataWriter implements DataWriter<InternalRow> {
     batchRows = 0;
     try {
       stream.send();
-    } catch (InterruptedIOException e) {
-      throw e; // Spark is killing the task (its listener killed the build): abort() follows
     } catch (IOException e) {
-      throw failed(e);
+      throw streamFailed(e);
     }
   }
 
   private void drain() throws IOException {
     try {
       stream.drain();
-    } catch (InterruptedIOException e) {
-      throw e;
     } catch (IOException e) {
-      throw failed(e);
+      throw streamFailed(e);
     }
+  }
+
+  /**
+   * The stream's error as the task should see it: an interrupt as itself (Spark is killing the
+   * task, its listener killed the build, abort() follows), anything else as chpart's failure.
+   */
+  private ChpartException streamFailed(IOException e) throws InterruptedIOException {
+    if (e instanceof InterruptedIOException interrupted) {
+      throw interrupted;
+    }
+    return failed(e);
   }
 
   /**
