@@ -150,7 +150,7 @@ def stop_before_first_commit(tmp_path, chpart_bin, node):
 
 
 def test_rerun_after_a_shard_was_down_at_commit_resumes_the_recorded_plan(three_shard_cluster, spark, chpart_bin,
-                                                                          tmp_path):
+                                                                          tmp_path, monkeypatch):
     """write() whose commit finds shard 3 down: the commit records the cluster plan (the
     winners), prepares shards 1 and 2, stops at shard 3 with nothing visible anywhere, and
     write() raises CommitError (retryable, retried, still down). Shard 3 comes back and the same
@@ -164,9 +164,13 @@ def test_rerun_after_a_shard_was_down_at_commit_resumes_the_recorded_plan(three_
     df = events(spark, rows=20_000, partitions=4)
     source = chpart_spark.spark_checksum(df)
 
+    # Each `chpart commit` retries the down shard until its retry deadline (30 s by default) and
+    # write() runs it three times: a deadline of 3 s keeps the same steps, in a tenth of the time.
+    monkeypatch.setenv("CHPART_RETRY_DEADLINE_SECS", "3")
     with pytest.raises(chpart_spark.CommitError) as failed:
         chpart_spark.write(df, table=TABLE, load_id=load, config=cluster.config,
                            chpart=stop_before_first_commit(tmp_path, chpart_bin, down))
+    monkeypatch.delenv("CHPART_RETRY_DEADLINE_SECS")
     assert failed.value.exit_code == 3 and "shard 3" in str(failed.value), failed.value
     with open(failed.value.winners_path) as f:
         collected = sorted((json.loads(line)["attempt"]["partition"], json.loads(line)["attempt"]["id"])
