@@ -16,8 +16,18 @@
 #     (crates/testenv/src/moto.rs)
 #   - in the same .venv: ziglang and cargo-zigbuild, which build the portable chpart (glibc 2.17)
 #     that the connector jar and the chpart_spark wheel carry (deploy/spark/build-portable.sh)
+#
+#   bash deploy/install.sh            everything above
+#   bash deploy/install.sh --system   the Debian packages and OS users only (what compiling chpart
+#                                     needs): deploy/test.sh runs the rest beside its first checks
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+system_only=false
+case "${1:-}" in
+  "") ;;
+  --system) system_only=true ;;
+  *) echo "usage: bash deploy/install.sh [--system]" >&2; exit 2 ;;
+esac
 CHDB_VERSION="26.9.0"
 PYSPARK_VERSION="4.3.0"
 PYTEST_VERSION="9.2.0"
@@ -58,6 +68,10 @@ ensure_user() {
 }
 ensure_user clickhouse --create-home --home-dir /var/lib/clickhouse-user
 ensure_user chpart-test --no-create-home
+if [ "$system_only" = true ]; then
+  say "system packages and users: done"
+  exit 0
+fi
 
 venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then

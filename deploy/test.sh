@@ -21,8 +21,36 @@ esac
 # A clean clone gains nothing from incremental compilation, and its caches cost gigabytes of disk.
 if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
 
-step "install (deploy/install.sh)"
-bash deploy/install.sh
+# Background work (the venv's install, the portable build) is stopped if a step fails.
+trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
+# Runs "$@" in the background with its output in a file; `finish <name>` waits for it, prints
+# the output and fails if it failed.
+declare -A bg_pid bg_log
+start() {
+  local name=$1; shift
+  bg_log[$name]="$(mktemp)"
+  "$@" > "${bg_log[$name]}" 2>&1 &
+  bg_pid[$name]=$!
+}
+finish() {
+  local name=$1 status=0
+  wait "${bg_pid[$name]}" || status=$?
+  cat "${bg_log[$name]}"
+  rm -f "${bg_log[$name]}"
+  if [ "$status" -ne 0 ]; then echo "test.sh: $name failed (exit $status)" >&2; exit "$status"; fi
+}
+
+if [ "$fast" = true ]; then
+  step "install (deploy/install.sh)"
+  bash deploy/install.sh
+else
+  # The Debian packages first (compiling needs libssl-dev); the venv (pip, mostly waiting on the
+  # package registry and the disk) beside fmt, clippy and doc, which need only the toolchain.
+  step "install: system packages and users (deploy/install.sh --system)"
+  bash deploy/install.sh --system
+  step "install: the venv (deploy/install.sh), beside the checks that follow; its output comes after them"
+  start install bash deploy/install.sh
+fi
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -45,13 +73,21 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo doc (warnings denied)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
+step "install: the venv (deploy/install.sh, started before fmt)"
+finish install
+
+step "portable chpart (deploy/spark/build-portable.sh: cargo zigbuild, glibc 2.17, OpenSSL linked in), beside cargo test; its output comes after it"
+# Built once here (cold: about 15 CPU-minutes); the connector jar and the wheel
+# (tests/spark/test_embedded_chpart.py) reuse it through cargo's cache. A release build for
+# another target: its own build directories, so it does not wait on cargo test's lock, and it
+# takes the CPU the tests leave while they wait on their servers.
+start portable bash -c 'time bash deploy/spark/build-portable.sh'
+
 step "cargo test (unit, protocol and real-component tiers)"
 cargo test --workspace --locked
 
-step "portable chpart (deploy/spark/build-portable.sh: cargo zigbuild, glibc 2.17, OpenSSL linked in)"
-# Built once here (cold: about 12 CPU-minutes, 17 min wall on a loaded 2-core machine); the
-# connector jar and the wheel (tests/spark/test_embedded_chpart.py) reuse it through cargo's cache.
-time bash deploy/spark/build-portable.sh
+step "portable chpart (started before cargo test)"
+finish portable
 
 step "JVM connector (deploy/spark/build-connector.sh: javac against pyspark's jars, the portable chpart inside)"
 connector_jar="$(bash deploy/spark/build-connector.sh)"
