@@ -358,6 +358,19 @@ def statement_breakdown(server, since, until):
     return [(c, int(n), float(cpu)) for c, n, cpu in (line.split("\t") for line in out.splitlines() if line)]
 
 
+def statement_detail(server, since, until, limit=30):
+    """The same window's statements grouped by their normalized text, the costliest first:
+    [(class, statements, server CPU s, the first one's text, cut to 240 characters)]. Kept in
+    the JSON, to see which of chpart's statements its server CPU goes to."""
+    out = server.query(
+        f"SELECT {STATEMENT_CLASS} AS class, count(), sum({QUERY_CPU}) AS cpu, "
+        "substring(replaceRegexpAll(any(query), '\\s+', ' '), 1, 240) FROM system.query_log "
+        f"WHERE type = 'QueryFinish' AND event_time_microseconds BETWEEN '{since}' AND '{until}' "
+        "AND query NOT ILIKE '%now64(6)%' GROUP BY normalized_query_hash, class ORDER BY cpu DESC "
+        f"LIMIT {limit} FORMAT TSV")
+    return [(c, int(n), float(cpu), q) for c, n, cpu, q in (line.split("\t", 3) for line in out.splitlines() if line)]
+
+
 def measure_idle(server, secs):
     """The server's CPU rate (CPU s per wall s) with nothing running: every table's merges stopped
     (`SYSTEM STOP MERGES` without a table: the benchmark's, the ledger's and the system logs'), the
@@ -729,6 +742,7 @@ def one_round(order, frames, tables, rows, server, config, chpart, args):
             loaded = sum(r.rows for r in out)
         say(f"      {m.wall:.1f}s, server CPU {m.server_cpu:.2f}s")
         extra["statements"] = statement_breakdown(server, m.server_t0, m.server_t1)
+        extra["statement_detail"] = statement_detail(server, m.server_t0, m.server_t1)
         figures["variants"][name] = variant_figures(m, server, table, loaded, extra)
         if figures["variants"][name]["table_rows_after_load"] != rows:
             raise BenchError(f"{table} holds {figures['variants'][name]['table_rows_after_load']} rows after the "
