@@ -44,8 +44,8 @@ if [ "$fast" = true ]; then
   step "install (deploy/install.sh)"
   bash deploy/install.sh
 else
-  # The Debian packages first (compiling needs libssl-dev); the venv (pip, mostly waiting on the
-  # package registry and the disk) beside fmt, clippy and doc, which need only the toolchain.
+  # The Debian packages first (compiling needs libssl-dev); the venv (pip's downloads and
+  # unpacking) beside fmt, clippy and doc, which need only the toolchain.
   step "install: system packages and users (deploy/install.sh --system)"
   bash deploy/install.sh --system
   step "install: the venv (deploy/install.sh), beside the checks that follow; its output comes after them"
@@ -77,7 +77,7 @@ step "install: the venv (deploy/install.sh, started before fmt)"
 finish install
 
 step "portable chpart (deploy/spark/build-portable.sh: cargo zigbuild, glibc 2.17, OpenSSL linked in), beside cargo test; its output comes after it"
-# Built once here (cold: about 15 CPU-minutes); the connector jar and the wheel
+# Built once here (cold: 7-9 min alone on the 2-core machine, 15 min beside cargo test); the connector jar and the wheel
 # (tests/spark/test_embedded_chpart.py) reuse it through cargo's cache. A release build for
 # another target: its own build directories, so it does not wait on cargo test's lock, and it
 # takes the CPU the tests leave while they wait on their servers.
