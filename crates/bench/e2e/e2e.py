@@ -347,26 +347,32 @@ STATEMENT_CLASS = """multiIf(
 QUERY_CPU = "(ProfileEvents['UserTimeMicroseconds'] + ProfileEvents['SystemTimeMicroseconds']) / 1e6"
 
 
+def finished_between(since, until):
+    """FROM and WHERE of the statements that finished between two server times (now64(6)), in
+    system.query_log, the benchmark's own reads of the clock left out."""
+    return (f"FROM system.query_log WHERE type = 'QueryFinish' "
+            f"AND event_time_microseconds BETWEEN '{since}' AND '{until}' AND query NOT ILIKE '%now64(6)%'")
+
+
 def statement_breakdown(server, since, until):
     """[(class, statements, server CPU s)] of the statements that finished between two server
-    times (now64(6)), from system.query_log: the server's own CPU per statement."""
+    times (now64(6)), from system.query_log (flushed first): the server's own CPU per statement."""
     server.query("SYSTEM FLUSH LOGS")
     out = server.query(
-        f"SELECT {STATEMENT_CLASS} AS class, count(), sum({QUERY_CPU}) FROM system.query_log "
-        f"WHERE type = 'QueryFinish' AND event_time_microseconds BETWEEN '{since}' AND '{until}' "
-        "AND query NOT ILIKE '%now64(6)%' GROUP BY class ORDER BY 3 DESC FORMAT TSV")
+        f"SELECT {STATEMENT_CLASS} AS class, count(), sum({QUERY_CPU}) {finished_between(since, until)} "
+        "GROUP BY class ORDER BY 3 DESC FORMAT TSV")
     return [(c, int(n), float(cpu)) for c, n, cpu in (line.split("\t") for line in out.splitlines() if line)]
 
 
 def statement_detail(server, since, until, limit=30):
     """The same window's statements grouped by their normalized text, the costliest first:
     [(class, statements, server CPU s, the first one's text, cut to 240 characters)]. Kept in
-    the JSON, to see which of chpart's statements its server CPU goes to."""
+    the JSON, to see which of chpart's statements its server CPU goes to. Reads the log as
+    statement_breakdown's flush left it: call it after that."""
     out = server.query(
         f"SELECT {STATEMENT_CLASS} AS class, count(), sum({QUERY_CPU}) AS cpu, "
-        "substring(replaceRegexpAll(any(query), '\\s+', ' '), 1, 240) FROM system.query_log "
-        f"WHERE type = 'QueryFinish' AND event_time_microseconds BETWEEN '{since}' AND '{until}' "
-        "AND query NOT ILIKE '%now64(6)%' GROUP BY normalized_query_hash, class ORDER BY cpu DESC "
+        "substring(replaceRegexpAll(any(query), '\\s+', ' '), 1, 240) "
+        f"{finished_between(since, until)} GROUP BY normalized_query_hash, class ORDER BY cpu DESC "
         f"LIMIT {limit} FORMAT TSV")
     return [(c, int(n), float(cpu), q) for c, n, cpu, q in (line.split("\t", 3) for line in out.splitlines() if line)]
 
