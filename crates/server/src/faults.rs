@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use crate::{
     AttachActivity, ClusterReplica, ColumnInfo, DetachedPartInfo, DiskRow, LedgerRow, PartCheck,
-    ReplicaPorts, ServerError, SharedServer, StateRow, TableCheck, TableInfo, TableToCheck,
-    VolumeRow,
+    ReplicaPorts, ServerError, SharedServer, StateRow, TableCheck, TableDefinition, TableInfo,
+    TableToCheck, VolumeRow,
 };
 
 /// What happens to a call a [`Fault`] picks.
@@ -205,6 +205,8 @@ forward_server! {
             = "table_names_by_uuid", database;
         fn table_info(&self, database: &str, table: &str) -> Option<TableInfo>
             = "table_info", &format!("{database}.{table}");
+        fn table_definition(&self, database: &str, table: &str) -> Option<TableDefinition>
+            = "table_definition", &format!("{database}.{table}");
         fn cluster_replicas(&self, cluster: &str) -> Vec<ClusterReplica>
             = "cluster_replicas", cluster;
         fn cluster_http_ports(&self, cluster: &str) -> Vec<ReplicaPorts>

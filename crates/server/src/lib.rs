@@ -234,6 +234,23 @@ pub struct TableToCheck<'a> {
     pub known_definition: Option<&'a str>,
 }
 
+/// A table with what `begin` records of it, read in one statement
+/// ([`ClickHouseServer::table_definition`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDefinition {
+    /// Its `system.tables` row.
+    pub info: TableInfo,
+    /// Its columns in order.
+    pub columns: Vec<ColumnInfo>,
+    /// The tables that depend on it (`dependencies_database`, `dependencies_table`: the
+    /// materialized views reading from it), as `db.table`, sorted.
+    pub views: Vec<String>,
+    /// The server's version string.
+    pub version: String,
+    /// The server's time zone.
+    pub timezone: String,
+}
+
 /// What [`ClickHouseServer::check_tables`] reports of one table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableCheck {
@@ -263,10 +280,10 @@ pub struct LedgerRow {
     pub body: String,
 }
 
-/// `system.tables` as [`TableInfo`] reads it (add a WHERE clause).
-const TABLE_INFO_SELECT: &str = "SELECT database, name, toString(uuid) AS uuid, engine, \
+/// The `system.tables` fields of [`TableInfo`] (a SELECT list: add more fields, then FROM).
+const TABLE_INFO_SELECT_FIELDS: &str = "SELECT database, name, toString(uuid) AS uuid, engine, \
      engine_full, create_table_query, partition_key, sorting_key, primary_key, sampling_key, \
-     storage_policy, data_paths FROM system.tables";
+     storage_policy, data_paths";
 /// The `system.columns` fields of [`ColumnInfo`].
 const COLUMN_FIELDS: &str = "name, type, default_kind, default_expression";
 
@@ -319,6 +336,14 @@ impl Server {
             endpoint: config.url.clone(),
             timeout: config.request_timeout,
         }
+    }
+
+    /// The same client, naming `product` (e.g. `chpart-commit`) and `version` first in the
+    /// HTTP `User-Agent` of every statement, which the server keeps in
+    /// `system.query_log.http_user_agent`: operators see which command sent what.
+    pub fn identified_as(mut self, product: &str, version: &str) -> Server {
+        self.client = self.client.with_product_info(product, version);
+        self
     }
 
     /// The endpoint URL, for messages.
@@ -474,6 +499,15 @@ pub trait ClickHouseServer: Send + Sync + fmt::Debug {
         database: &str,
         table: &str,
     ) -> Result<Option<TableInfo>, ServerError>;
+
+    /// [`ClickHouseServer::table_info`] with the table's columns, the tables that depend on
+    /// it and the server's version and time zone, in one statement; `None` if it does not
+    /// exist (or this user is not shown it).
+    async fn table_definition(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Option<TableDefinition>, ServerError>;
 
     /// The replicas of `cluster` in config order (`system.clusters`); empty if the server
     /// knows no such cluster.
@@ -671,9 +705,79 @@ impl ClickHouseServer for Server {
         table: &str,
     ) -> Result<Option<TableInfo>, ServerError> {
         let sql =
-            format!("{TABLE_INFO_SELECT} WHERE database = {{db:String}} AND name = {{t:String}}");
+            format!("{TABLE_INFO_SELECT_FIELDS} FROM system.tables WHERE database = {{db:String}} AND name = {{t:String}}");
         let mut rows: Vec<TableInfo> = self.fetch(&sql, &[("db", database), ("t", table)]).await?;
         Ok(rows.pop())
+    }
+
+    async fn table_definition(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Option<TableDefinition>, ServerError> {
+        #[derive(Row, Deserialize)]
+        struct DefinitionRow {
+            database: String,
+            name: String,
+            uuid: String,
+            engine: String,
+            engine_full: String,
+            create_table_query: String,
+            partition_key: String,
+            sorting_key: String,
+            primary_key: String,
+            sampling_key: String,
+            storage_policy: String,
+            data_paths: Vec<String>,
+            views: Vec<String>,
+            columns: Vec<(String, String, String, String)>,
+            version: String,
+            timezone: String,
+        }
+        // The columns come from an uncorrelated scalar subquery (run once), sorted by position
+        // here rather than trusted to keep the inner ORDER BY through groupArray.
+        let sql = format!(
+            "{TABLE_INFO_SELECT_FIELDS}, \
+             arraySort(arrayMap(d -> concat(d.1, '.', d.2), arrayZip(dependencies_database, dependencies_table))) AS views, \
+             (SELECT arrayMap(c -> (c.2, c.3, c.4, c.5), arraySort(c -> c.1, \
+                groupArray((position, name, type, default_kind, default_expression)))) \
+              FROM system.columns WHERE database = {{db:String}} AND table = {{t:String}}) AS columns, \
+             version() AS version, timezone() AS timezone \
+             FROM system.tables WHERE database = {{db:String}} AND name = {{t:String}}"
+        );
+        let mut rows: Vec<DefinitionRow> =
+            self.fetch(&sql, &[("db", database), ("t", table)]).await?;
+        Ok(rows.pop().map(|r| TableDefinition {
+            info: TableInfo {
+                database: r.database,
+                name: r.name,
+                uuid: r.uuid,
+                engine: r.engine,
+                engine_full: r.engine_full,
+                create_table_query: r.create_table_query,
+                partition_key: r.partition_key,
+                sorting_key: r.sorting_key,
+                primary_key: r.primary_key,
+                sampling_key: r.sampling_key,
+                storage_policy: r.storage_policy,
+                data_paths: r.data_paths,
+            },
+            columns: r
+                .columns
+                .into_iter()
+                .map(
+                    |(name, type_name, default_kind, default_expression)| ColumnInfo {
+                        name,
+                        type_name,
+                        default_kind,
+                        default_expression,
+                    },
+                )
+                .collect(),
+            views: r.views,
+            version: r.version,
+            timezone: r.timezone,
+        }))
     }
 
     async fn cluster_replicas(&self, cluster: &str) -> Result<Vec<ClusterReplica>, ServerError> {
@@ -848,16 +952,25 @@ impl ClickHouseServer for Server {
                 .collect()
         };
         let all: Vec<usize> = (0..tables.len()).collect();
-        let infos: Vec<TableInfo> = self
+        // Each table's pending mutations come with its row: listed once for all of them by an
+        // uncorrelated scalar subquery, then counted per row.
+        let rows: Vec<(TableInfo, u64)> = self
             .fetch(
-                &format!("{TABLE_INFO_SELECT} WHERE {}", condition("name", &all)),
+                &format!(
+                    "{TABLE_INFO_SELECT_FIELDS}, \
+                     toUInt64(arrayCount(m -> m.1 = database AND m.2 = name, \
+                       (SELECT groupArray((database, table)) FROM system.mutations \
+                        WHERE ({}) AND NOT is_done))) AS pending_mutations \
+                     FROM system.tables WHERE {}",
+                    condition("table", &all),
+                    condition("name", &all)
+                ),
                 &params_of(&all),
             )
             .await?;
         let info_of = |t: &TableToCheck<'_>| {
-            infos
-                .iter()
-                .find(|i| i.database == t.database && i.name == t.table)
+            rows.iter()
+                .find(|(i, _)| i.database == t.database && i.name == t.table)
         };
         // The tables whose columns are needed: those that exist with another definition than
         // the one the caller knows.
@@ -865,7 +978,7 @@ impl ClickHouseServer for Server {
             .iter()
             .copied()
             .filter(|&i| {
-                info_of(&tables[i]).is_some_and(|info| {
+                info_of(&tables[i]).is_some_and(|(info, _)| {
                     tables[i].known_definition != Some(info.create_table_query.as_str())
                 })
             })
@@ -893,23 +1006,13 @@ impl ClickHouseServer for Server {
             )
             .await?
         };
-        let mutations: Vec<(String, String, u64)> = self
-            .fetch(
-                &format!(
-                    "SELECT database, table, count() FROM system.mutations \
-                     WHERE ({}) AND NOT is_done GROUP BY database, table",
-                    condition("table", &all)
-                ),
-                &params_of(&all),
-            )
-            .await?;
         Ok(all
             .iter()
             .map(|&i| {
                 let t = &tables[i];
                 let is = |d: &String, n: &String| d == t.database && n == t.table;
                 TableCheck {
-                    info: info_of(t).cloned(),
+                    info: info_of(t).map(|(info, _)| info.clone()),
                     columns: unknown.contains(&i).then(|| {
                         columns
                             .iter()
@@ -922,11 +1025,7 @@ impl ClickHouseServer for Server {
                             })
                             .collect()
                     }),
-                    pending_mutations: mutations
-                        .iter()
-                        .filter(|(d, n, _)| is(d, n))
-                        .map(|(_, _, n)| n)
-                        .sum(),
+                    pending_mutations: info_of(t).map_or(0, |(_, pending)| *pending),
                 }
             })
             .collect())

@@ -12,8 +12,8 @@ use chpart_core::retry::{retry_async, GiveUp, Retry, RetryPolicy};
 
 use crate::{
     AttachActivity, ClusterReplica, ColumnInfo, DetachedPartInfo, DiskRow, ErrorClass, LedgerRow,
-    PartCheck, ReplicaPorts, ServerError, SharedServer, StateRow, TableCheck, TableInfo,
-    TableToCheck, VolumeRow,
+    PartCheck, ReplicaPorts, ServerError, SharedServer, StateRow, TableCheck, TableDefinition,
+    TableInfo, TableToCheck, VolumeRow,
 };
 
 /// A server with retries of what may be repeated.
@@ -120,6 +120,8 @@ forward_server! {
         fn table_names_by_uuid(&self, database: &str, uuids: &[String]) -> Vec<(String, String)>
             = "table_names_by_uuid";
         fn table_info(&self, database: &str, table: &str) -> Option<TableInfo> = "table_info";
+        fn table_definition(&self, database: &str, table: &str) -> Option<TableDefinition>
+            = "table_definition";
         fn cluster_replicas(&self, cluster: &str) -> Vec<ClusterReplica> = "cluster_replicas";
         fn cluster_http_ports(&self, cluster: &str) -> Vec<ReplicaPorts> = "cluster_http_ports";
         fn type_of(&self, expression: &str, database: &str, table: &str) -> String = "type_of";

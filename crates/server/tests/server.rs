@@ -114,6 +114,37 @@ fn reads_definitions_parts_and_detached_parts_on(
             ]
         );
 
+        // The one-statement read says what the separate reads say, materialized views too.
+        ch.q(&format!(
+            "CREATE TABLE `{d}`.ids (id UInt64) ENGINE = MergeTree ORDER BY id"
+        ));
+        ch.q(&format!(
+            "CREATE MATERIALIZED VIEW `{d}`.ev_ids TO `{d}`.ids AS SELECT id FROM `{d}`.ev"
+        ));
+        let definition = server
+            .table_definition(d, "ev")
+            .await
+            .unwrap()
+            .expect("table exists");
+        assert_eq!(
+            definition.info,
+            server.table_info(d, "ev").await.unwrap().unwrap()
+        );
+        assert_eq!(definition.columns, columns);
+        assert_eq!(
+            definition.views,
+            server.materialized_views(d, "ev").await.unwrap()
+        );
+        assert_eq!(definition.views, [format!("{d}.ev_ids")]);
+        assert_eq!(definition.version, server.version().await.unwrap());
+        assert_eq!(definition.timezone, server.timezone().await.unwrap());
+        assert!(server
+            .table_definition(d, "missing")
+            .await
+            .unwrap()
+            .is_none());
+        ch.q(&format!("DROP TABLE `{d}`.ev_ids"));
+
         let parts: Vec<_> = server
             .table_state(d, "ev")
             .await
@@ -547,4 +578,27 @@ fn a_host_name_is_resolved_once_and_a_failed_lookup_is_retried() {
         3,
         "resolved once for the command"
     );
+}
+
+/// `identified_as` names the command first in the User-Agent of every statement, which the
+/// server keeps in `system.query_log.http_user_agent` (what operators and the end-to-end
+/// benchmark tell chpart's commands apart by).
+#[test]
+fn the_client_names_its_command_in_the_user_agent_the_query_log_keeps() {
+    let ch = ClickHouse::start_with(chpart_testenv::clickhouse::ServerOptions {
+        config_extra: Some(
+            "<query_log><database>system</database><table>query_log</table></query_log>".into(),
+        ),
+        ..Default::default()
+    });
+    let server = client(&ch).identified_as("chpart-test", "1.2.3");
+    runtime().block_on(async {
+        server.version().await.unwrap();
+        server.execute("SYSTEM FLUSH LOGS").await.unwrap();
+    });
+    let agents = ch.q(
+        "SELECT DISTINCT splitByChar(' ', http_user_agent)[1] FROM system.query_log \
+         WHERE query = 'SELECT version()' AND type = 'QueryFinish'",
+    );
+    assert_eq!(agents, "chpart-test/1.2.3\n");
 }
