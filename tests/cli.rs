@@ -191,6 +191,17 @@ fn plan_of_a_table_and_its_keys_alone() {
     assert_eq!(keys["partition_key"], "toYYYYMM(ts)", "{keys}");
     assert_eq!(keys["sorting_key"], "id", "{keys}");
     assert_eq!(keys["hosts"], serde_json::json!([]), "{keys}");
+    // With the columns and the server's zone, from the same statement (the connector
+    // evaluates a key of functions with them).
+    let columns = serde_json::json!([
+        {"name": "ts", "type": "DateTime"},
+        {"name": "id", "type": "UInt64"}
+    ]);
+    assert_eq!(keys["columns"], columns, "{keys}");
+    assert_eq!(full["columns"], columns, "{full}");
+    let zone = ch.q("SELECT timezone()");
+    assert_eq!(keys["timezone"], zone.trim(), "{keys}");
+    assert_eq!(full["timezone"], zone.trim(), "{full}");
     assert_eq!(
         ch.q(&format!(
             "SELECT count() FROM system.databases WHERE name = '{ledger_db}'"

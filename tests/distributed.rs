@@ -542,6 +542,8 @@ fn plan_shows_the_topology_and_names_a_host_that_does_not_answer() {
     let keys: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(keys["cluster"], "dist_plan", "{keys}");
     assert_eq!(keys["partition_key"], "toYYYYMM(ts)", "{keys}");
+    assert_eq!(keys["columns"][0]["name"], "ts", "{keys}");
+    assert!(keys["timezone"].is_string(), "{keys}");
     assert_eq!(keys["sorting_key"], "id", "{keys}");
     assert_eq!(keys["hosts"], serde_json::json!([]), "{keys}");
     // A shard down: exit 3, the shard named; the text form says so too.

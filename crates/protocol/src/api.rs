@@ -34,9 +34,9 @@ async fn begin_any(
     req: &BeginRequest,
 ) -> Result<BeginOutcome, BeginError> {
     let (db, table) = (req.target.database.as_str(), req.target.table.as_str());
-    match ledger.server().table_info(db, table).await? {
-        Some(info) if info.engine == "Distributed" => {
-            begin_cluster(ledger, reach, req, &info).await
+    match ledger.server().table_definition(db, table).await? {
+        Some(seen) if seen.info.engine == "Distributed" => {
+            begin_cluster(ledger, reach, req, &seen).await
         }
         seen => crate::begin::begin_seen(ledger, ledger.server(), req, seen).await,
     }

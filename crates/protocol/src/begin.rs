@@ -9,7 +9,9 @@
 use chpart_core::{
     publish_disks, DiskInfo, DiskPlace, LoadId, StagingRoots, TableName, TableRef, VolumeInfo,
 };
-use chpart_server::{quote_ident, quote_table, ClickHouseServer, ServerError, TableInfo};
+use chpart_server::{
+    quote_ident, quote_table, ClickHouseServer, ServerError, TableDefinition, TableInfo,
+};
 use sha2::{Digest, Sha256};
 
 use chpart_core::commit::OpenReplaceLoad;
@@ -364,30 +366,31 @@ pub async fn begin_on(
     req: &BeginRequest,
 ) -> Result<BeginOutcome, BeginError> {
     let seen = server
-        .table_info(req.target.database.as_str(), req.target.table.as_str())
+        .table_definition(req.target.database.as_str(), req.target.table.as_str())
         .await?;
     begin_seen(ledger, server, req, seen).await
 }
 
-/// [`begin_on`] with the target's `table_info` already read from `server` (`None`: not
-/// shown to this user).
+/// [`begin_on`] with the target's `table_definition` already read from `server` (`None`:
+/// not shown to this user).
 pub(crate) async fn begin_seen(
     ledger: &Ledger,
     server: &dyn ClickHouseServer,
     req: &BeginRequest,
-    seen: Option<TableInfo>,
+    seen: Option<TableDefinition>,
 ) -> Result<BeginOutcome, BeginError> {
-    check_grants(ledger, server, req, seen.as_ref()).await?;
+    check_grants(ledger, server, req, seen.as_ref().map(|d| &d.info)).await?;
     begin_granted(ledger, server, req, seen).await
 }
 
 /// [`begin_seen`] once [`check_grants`] has passed (a cluster load checks every shard
-/// first), with the `seen` it was given.
+/// first), with the `seen` it was given: the target's definition, its columns, the views
+/// reading from it and the server's version and time zone, read in one statement.
 pub(crate) async fn begin_granted(
     ledger: &Ledger,
     server: &dyn ClickHouseServer,
     req: &BeginRequest,
-    seen: Option<TableInfo>,
+    seen: Option<TableDefinition>,
 ) -> Result<BeginOutcome, BeginError> {
     ledger.ensure().await?;
     let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
@@ -427,11 +430,11 @@ pub(crate) async fn begin_granted(
         }
     }
     let (db, table) = (req.target.database.as_str(), req.target.table.as_str());
-    let info = seen.ok_or_else(|| BeginError::TableMissing {
+    let seen = seen.ok_or_else(|| BeginError::TableMissing {
         table: req.target.clone(),
         endpoint: server.endpoint().to_owned(),
     })?;
-    let target_snapshot = TableSnapshot::from_server(&info, &server.columns(db, table).await?);
+    let target_snapshot = TableSnapshot::from_server(&seen.info, &seen.columns);
     if !target_snapshot.engine_supported() {
         return Err(BeginError::Unsupported {
             table: req.target.clone(),
@@ -451,7 +454,7 @@ pub(crate) async fn begin_granted(
             ),
         });
     }
-    let views = server.materialized_views(db, table).await?;
+    let views = &seen.views;
     if !views.is_empty() && !req.allow_materialized_views {
         return Err(BeginError::Unsupported {
             table: req.target.clone(),
@@ -492,15 +495,13 @@ pub(crate) async fn begin_granted(
                 .await?;
             let (sdb, stable) = (shadow.database.as_str(), shadow.table.as_str());
             stop_merges(server, &shadow).await?;
-            let info =
-                server
-                    .table_info(sdb, stable)
-                    .await?
-                    .ok_or_else(|| BeginError::TableMissing {
-                        table: shadow.clone(),
-                        endpoint: server.endpoint().to_owned(),
-                    })?;
-            let snapshot = TableSnapshot::from_server(&info, &server.columns(sdb, stable).await?);
+            let made = server.table_definition(sdb, stable).await?.ok_or_else(|| {
+                BeginError::TableMissing {
+                    table: shadow.clone(),
+                    endpoint: server.endpoint().to_owned(),
+                }
+            })?;
+            let snapshot = TableSnapshot::from_server(&made.info, &made.columns);
             if snapshot.fingerprint != target_snapshot.fingerprint {
                 return Err(BeginError::Unsupported {
                     table: shadow.clone(),
@@ -527,7 +528,7 @@ pub(crate) async fn begin_granted(
         )
         .await?
     };
-    let server_version = server.version().await?;
+    let server_version = seen.version;
     if let Some(local) = &req.clickhouse_local_version {
         // Only executors build; this host's clickhouse-local is a hint that theirs may be newer.
         if let Err(e) = chpart_core::check_local_not_newer(local, &server_version) {
@@ -543,7 +544,7 @@ pub(crate) async fn begin_granted(
         target_snapshot,
         publish_snapshot,
         server_version,
-        server_timezone: Some(server.timezone().await?),
+        server_timezone: Some(seen.timezone),
         clickhouse_local_version: req.clickhouse_local_version.clone(),
         host: req.host.clone(),
         publish_disks,

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use chpart_core::routing::{DistributedEngine, RoutingError};
 use chpart_core::{AttemptId, IdError, PartitionId, TableRef};
 use chpart_remote::{RemoteError, RemoteFs};
-use chpart_server::{ClickHouseServer, SharedServer, TableInfo};
+use chpart_server::{ClickHouseServer, SharedServer, TableDefinition};
 use futures_util::future::join_all;
 
 use crate::begin::{BeginError, BeginOutcome, BeginRequest};
@@ -71,30 +71,31 @@ pub(crate) async fn shard_facts(
     local: &TableRef,
 ) -> Result<ShardFacts, BeginError> {
     let (db, table) = (local.database.as_str(), local.table.as_str());
-    let info = server
-        .table_info(db, table)
-        .await?
-        .ok_or_else(|| BeginError::TableMissing {
-            table: local.clone(),
-            endpoint: server.endpoint().to_owned(),
-        })?;
+    let seen =
+        server
+            .table_definition(db, table)
+            .await?
+            .ok_or_else(|| BeginError::TableMissing {
+                table: local.clone(),
+                endpoint: server.endpoint().to_owned(),
+            })?;
     Ok(ShardFacts {
-        snapshot: TableSnapshot::from_server(&info, &server.columns(db, table).await?),
-        version: server.version().await?,
-        timezone: server.timezone().await?,
+        snapshot: TableSnapshot::from_server(&seen.info, &seen.columns),
+        version: seen.version,
+        timezone: seen.timezone,
     })
 }
 
-/// `begin` of a load into the Distributed table `req.target` (described by `info`, read from
+/// `begin` of a load into the Distributed table `req.target` (described by `seen`, read from
 /// the ledger's server): see the module doc. Re-running it for an open load with the same
 /// request is a no-op, as for one table.
 pub async fn begin_cluster(
     ledger: &Ledger,
     reach: &dyn Reach,
     req: &BeginRequest,
-    info: &TableInfo,
+    seen: &TableDefinition,
 ) -> Result<BeginOutcome, BeginError> {
-    let server = ledger.server();
+    let (server, info) = (ledger.server(), &seen.info);
     ledger.ensure().await?;
     let view = ledger.view(&req.load, crate::KNOWN_KINDS).await?;
     if let Some(outcome) = crate::begin::existing_outcome(&view.state, view.spec.as_ref(), req)? {
@@ -264,29 +265,30 @@ pub async fn begin_cluster(
             inputs: None,
         })
         .collect();
-    let mut seen = Vec::with_capacity(subs.len());
+    let mut shards_seen = Vec::with_capacity(subs.len());
     for ((shard, server), sub) in cluster.shards.iter().zip(&servers).zip(&subs) {
         let info = server
-            .table_info(sub.target.database.as_str(), sub.target.table.as_str())
+            .table_definition(sub.target.database.as_str(), sub.target.table.as_str())
             .await
             .map_err(|e| shard_error(shard, e.into()))?;
-        crate::begin::check_grants(ledger, server.as_ref(), sub, info.as_ref())
+        crate::begin::check_grants(ledger, server.as_ref(), sub, info.as_ref().map(|d| &d.info))
             .await
             .map_err(|e| shard_error(shard, e))?;
-        seen.push(info);
+        shards_seen.push(info);
     }
-    for (((shard, server), sub), info) in cluster.shards.iter().zip(&servers).zip(&subs).zip(seen) {
+    for (((shard, server), sub), info) in cluster
+        .shards
+        .iter()
+        .zip(&servers)
+        .zip(&subs)
+        .zip(shards_seen)
+    {
         // Granted: checked on every shard just above.
         crate::begin::begin_granted(ledger, server.as_ref(), sub, info)
             .await
             .map_err(|e| shard_error(shard, e))?;
     }
-    let target_snapshot = TableSnapshot::from_server(
-        info,
-        &server
-            .columns(target.database.as_str(), target.table.as_str())
-            .await?,
-    );
+    let target_snapshot = TableSnapshot::from_server(info, &seen.columns);
     let spec = LoadSpec {
         load: req.load.clone(),
         target: target.clone(),

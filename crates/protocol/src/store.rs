@@ -151,35 +151,26 @@ impl Ledger {
         Ok(u64::try_from(ms).unwrap_or(0))
     }
 
-    /// Creates the database and table if they do not exist. Idempotent.
+    /// Creates the database and table if they do not exist, and brings a ledger made by an
+    /// older chpart up to date. Idempotent. The table is looked at first, so that a current
+    /// ledger costs one statement (every `begin` calls this), not three.
     pub async fn ensure(&self) -> Result<(), LedgerStoreError> {
-        let db = quote_ident(&self.database);
-        self.server
-            .execute_idempotent(&format!("CREATE DATABASE IF NOT EXISTS {db}"))
-            .await
-            .map_err(|e| self.err(e))?;
-        // fsync so that an acknowledged entry survives a server crash: fencing and resume rely on it.
-        let ddl = format!(
-            "CREATE TABLE IF NOT EXISTS {} (\
-               load_id String, entry_id String, kind LowCardinality(String), \
-               written_at DateTime64(3, 'UTC') DEFAULT now64(3), writer String, body String CODEC(ZSTD(3)), \
-               PROJECTION {BY_WRITTEN_AT} (SELECT load_id, written_at, kind ORDER BY written_at)\
-             ) ENGINE = MergeTree ORDER BY (load_id, written_at, entry_id) \
-             SETTINGS fsync_after_insert = 1, fsync_part_directory = 1, \
-             non_replicated_deduplication_window = {DEDUPLICATION_WINDOW}",
-            self.table()
-        );
-        self.server
-            .execute_idempotent(&ddl)
-            .await
-            .map_err(|e| self.err(e))?;
-        // A ledger made before decisions existed: add the deduplication they rely on.
         let (db, table) = (self.database.as_str(), crate::ledger::LEDGER_TABLE);
-        let info = self
+        let mut info = self
             .server
             .table_info(db, table)
             .await
             .map_err(|e| self.err(e))?;
+        if info.is_none() {
+            self.create().await?;
+            // Made now, or by a racing older chpart: looked at as any other.
+            info = self
+                .server
+                .table_info(db, table)
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        // A ledger made before decisions existed: add the deduplication they rely on.
         if info.as_ref().is_some_and(|i| {
             !i.engine_full
                 .contains("non_replicated_deduplication_window")
@@ -215,6 +206,31 @@ impl Ledger {
                 .await
                 .map_err(|e| self.err(e))?;
         }
+        Ok(())
+    }
+
+    /// `CREATE ... IF NOT EXISTS` of the database and the table, as this chpart makes them.
+    async fn create(&self) -> Result<(), LedgerStoreError> {
+        let db = quote_ident(&self.database);
+        self.server
+            .execute_idempotent(&format!("CREATE DATABASE IF NOT EXISTS {db}"))
+            .await
+            .map_err(|e| self.err(e))?;
+        // fsync so that an acknowledged entry survives a server crash: fencing and resume rely on it.
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {} (\
+               load_id String, entry_id String, kind LowCardinality(String), \
+               written_at DateTime64(3, 'UTC') DEFAULT now64(3), writer String, body String CODEC(ZSTD(3)), \
+               PROJECTION {BY_WRITTEN_AT} (SELECT load_id, written_at, kind ORDER BY written_at)\
+             ) ENGINE = MergeTree ORDER BY (load_id, written_at, entry_id) \
+             SETTINGS fsync_after_insert = 1, fsync_part_directory = 1, \
+             non_replicated_deduplication_window = {DEDUPLICATION_WINDOW}",
+            self.table()
+        );
+        self.server
+            .execute_idempotent(&ddl)
+            .await
+            .map_err(|e| self.err(e))?;
         Ok(())
     }
 

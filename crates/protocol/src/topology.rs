@@ -4,15 +4,16 @@
 //! [`PlanScope::Keys`], only the table's keys (what a Spark write's layout needs).
 
 use chpart_core::routing::{DistributedEngine, Routing, ShardWeight, ShardingKey};
-use chpart_core::{IdError, TableRef};
+use chpart_core::{IdError, TableRef, TableShape};
 use chpart_remote::RemoteError;
-use chpart_server::ClickHouseServer;
+use chpart_server::{ClickHouseServer, TableDefinition};
 use futures_util::future::join_all;
 use serde::Serialize;
 
 use crate::begin::BeginError;
 use crate::cluster::{refuse, shard_facts};
 use crate::reach::Reach;
+use crate::snapshot::TableSnapshot;
 
 /// One host a load of a table would publish on, as `chpart plan` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -33,13 +34,56 @@ pub struct HostPlan {
     pub disks: Vec<chpart_core::DiskPlace>,
     /// Whether chpart reached the host's filesystem.
     pub filesystem_reachable: bool,
-    /// The table's partition and sorting keys there, if it answered (shown once, in
+    /// The table's keys, columns and zone there, if it answered (shown once, in
     /// [`Topology`]).
     #[serde(skip)]
-    pub keys: Option<(String, String)>,
+    pub keys: Option<TableKeys>,
     /// What is wrong with this host (unreachable server or filesystem, another definition,
     /// no local disk to stage on, ...). Empty: ready.
     pub problems: Vec<String>,
+}
+
+/// One column of the table, as `chpart plan` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedColumn {
+    /// Its name.
+    pub name: String,
+    /// Its ClickHouse type, e.g. `DateTime('UTC')`.
+    #[serde(rename = "type")]
+    pub type_name: String,
+}
+
+/// What a write's layout needs of a table, read from one server: its keys, its columns and
+/// the server's time zone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableKeys {
+    partition_key: String,
+    sorting_key: String,
+    columns: Vec<PlannedColumn>,
+    timezone: String,
+}
+
+impl TableKeys {
+    fn of(shape: &TableShape, timezone: &str) -> TableKeys {
+        TableKeys {
+            partition_key: shape.partition_key.clone(),
+            sorting_key: shape.sorting_key.clone(),
+            columns: shape
+                .columns
+                .iter()
+                .map(|c| PlannedColumn {
+                    name: c.name.clone(),
+                    type_name: c.type_name.clone(),
+                })
+                .collect(),
+            timezone: timezone.to_owned(),
+        }
+    }
+
+    fn of_definition(seen: &TableDefinition) -> TableKeys {
+        let snapshot = TableSnapshot::from_server(&seen.info, &seen.columns);
+        TableKeys::of(&snapshot.shape, &seen.timezone)
+    }
 }
 
 /// The topology of a load of a table, resolved before anything is written.
@@ -65,6 +109,13 @@ pub struct Topology {
     pub partition_key: Option<String>,
     /// Its `ORDER BY` (`system.tables.sorting_key`), e.g. `kind, id`. What a Spark write sorts by.
     pub sorting_key: Option<String>,
+    /// Its columns in order, with their types (from the same server as the keys): what a
+    /// Spark write evaluates a partition key of functions with (the zones of its `DateTime`
+    /// columns).
+    pub columns: Option<Vec<PlannedColumn>>,
+    /// The time zone of the server the keys come from: the zone of `DateTime` columns
+    /// without one, as chpart's build computes their partitions.
+    pub timezone: Option<String>,
     /// Every host parts would go to, in shard order.
     pub hosts: Vec<HostPlan>,
     /// Problems of the table as a whole (e.g. an unsupported key type).
@@ -72,6 +123,13 @@ pub struct Topology {
 }
 
 impl Topology {
+    fn set_keys(&mut self, keys: TableKeys) {
+        self.partition_key = Some(keys.partition_key);
+        self.sorting_key = Some(keys.sorting_key);
+        self.columns = Some(keys.columns);
+        self.timezone = Some(keys.timezone);
+    }
+
     /// Whether a load could begin now: no problem anywhere.
     pub fn ready(&self) -> bool {
         self.problems.is_empty() && self.hosts.iter().all(|h| h.problems.is_empty())
@@ -85,10 +143,7 @@ async fn plan_host(reach: &dyn Reach, mut host: HostPlan, table: &TableRef) -> H
         Ok(facts) => {
             host.version = Some(facts.version);
             host.fingerprint = Some(facts.snapshot.fingerprint.to_string());
-            host.keys = Some((
-                facts.snapshot.shape.partition_key.clone(),
-                facts.snapshot.shape.sorting_key.clone(),
-            ));
+            host.keys = Some(TableKeys::of(&facts.snapshot.shape, &facts.timezone));
             let disks = async {
                 let disks: Vec<chpart_core::DiskInfo> = server
                     .disks()
@@ -184,13 +239,15 @@ pub async fn plan(
     scope: PlanScope,
 ) -> Result<Topology, BeginError> {
     let (db, name) = (table.database.as_str(), table.table.as_str());
-    let info = server
-        .table_info(db, name)
-        .await?
-        .ok_or_else(|| BeginError::TableMissing {
-            table: table.clone(),
-            endpoint: server.endpoint().to_owned(),
-        })?;
+    let seen =
+        server
+            .table_definition(db, name)
+            .await?
+            .ok_or_else(|| BeginError::TableMissing {
+                table: table.clone(),
+                endpoint: server.endpoint().to_owned(),
+            })?;
+    let info = &seen.info;
     let mut topology = Topology {
         table: table.to_string(),
         engine: info.engine.clone(),
@@ -201,6 +258,8 @@ pub async fn plan(
         routing: None,
         partition_key: None,
         sorting_key: None,
+        columns: None,
+        timezone: None,
         hosts: Vec::new(),
         problems: Vec::new(),
     };
@@ -217,8 +276,7 @@ pub async fn plan(
         problems: Vec::new(),
     };
     if info.engine != "Distributed" {
-        topology.partition_key = Some(info.partition_key.clone());
-        topology.sorting_key = Some(info.sorting_key.clone());
+        topology.set_keys(TableKeys::of_definition(&seen));
         if scope == PlanScope::Keys {
             return Ok(topology);
         }
@@ -276,10 +334,9 @@ pub async fn plan(
     if scope == PlanScope::Keys {
         for h in &hosts {
             let (db, name) = (local.database.as_str(), local.table.as_str());
-            match reach.server(&h.url).table_info(db, name).await {
-                Ok(Some(info)) => {
-                    topology.partition_key = Some(info.partition_key);
-                    topology.sorting_key = Some(info.sorting_key);
+            match reach.server(&h.url).table_definition(db, name).await {
+                Ok(Some(shard)) => {
+                    topology.set_keys(TableKeys::of_definition(&shard));
                     break;
                 }
                 Ok(None) => topology.problems.push(format!(
@@ -316,15 +373,18 @@ pub async fn plan(
                 .join(", ")
         ));
     }
-    let reachable = topology.hosts.iter().find(|h| h.version.is_some());
-    if let Some((partition_key, sorting_key)) = reachable.and_then(|h| h.keys.clone()) {
-        topology.partition_key = Some(partition_key);
-        topology.sorting_key = Some(sorting_key);
+    let reachable = topology
+        .hosts
+        .iter()
+        .find(|h| h.version.is_some())
+        .map(|h| (h.url.clone(), h.keys.clone()));
+    if let Some((_, Some(keys))) = &reachable {
+        topology.set_keys(keys.clone());
     }
-    if let (Some(key), Some(first)) = (&engine.sharding_key, reachable) {
+    if let (Some(key), Some((first_url, _))) = (&engine.sharding_key, &reachable) {
         if topology.hosts.len() > 1 {
             match reach
-                .server(&first.url)
+                .server(first_url)
                 .type_of(key, local.database.as_str(), local.table.as_str())
                 .await
             {

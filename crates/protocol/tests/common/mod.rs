@@ -78,8 +78,12 @@ impl Reach for OneHost {
 /// every server call through one [`Faulty`] (no fault armed), ready to commit.
 #[allow(dead_code)] // each test binary compiles this module; not every one uses this
 pub struct BuiltLoad {
-    /// Every call of the build and of commits made with [`BuiltLoad::env`].
+    /// Every call of the begin, the builds and commits made with [`BuiltLoad::env`].
     pub server: Arc<Faulty>,
+    /// The calls `begin` made.
+    pub begin_calls: usize,
+    /// The calls each build made, in order.
+    pub build_calls: Vec<usize>,
     /// The load's ledger, through `server`.
     pub ledger: Ledger,
     /// The staging root.
@@ -174,6 +178,7 @@ pub fn built_load(
     // The staging root is the shared server's: the load (and so every attempt's path) is
     // this test database's own.
     let load: chpart_core::LoadId = format!("{}-{table}", db.name).parse().unwrap();
+    let before_begin = faulty.calls().len();
     rt.block_on(begin(
         &ledger,
         &BeginRequest {
@@ -190,6 +195,8 @@ pub fn built_load(
         },
     ))
     .unwrap();
+    let begin_calls = faulty.calls().len() - before_begin;
+    let mut build_calls = Vec::new();
     let dir = tempfile::tempdir().unwrap();
     let local = LocalCommand::new(chpart_testenv::clickhouse_local(), Duration::from_secs(120));
     let loads = LedgerDirectory {
@@ -215,6 +222,7 @@ pub fn built_load(
         );
         let rows =
             chpart_testenv::write_rows(dir.path(), &format!("{p}.parquet"), &select, "Parquet");
+        let before_build = faulty.calls().len();
         let report = build(
             &env,
             BuildRequest {
@@ -231,10 +239,13 @@ pub fn built_load(
             },
         )
         .unwrap();
+        build_calls.push(faulty.calls().len() - before_build);
         winners.push((p as usize, report.line));
     }
     BuiltLoad {
         server: faulty,
+        begin_calls,
+        build_calls,
         ledger,
         staging,
         load,
