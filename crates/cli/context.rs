@@ -21,6 +21,15 @@ use chpart_server::{Secret, Server, ServerConfig, SharedServer};
 use crate::args::ConfigArg;
 use crate::exit::Failure;
 
+/// The command this process runs (`begin`, `build`, ...), named in the `User-Agent` of every
+/// statement it sends (`chpart-build/0.1.0 ...` in `system.query_log.http_user_agent`).
+static COMMAND: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Records the command this process runs; called once, by `main`.
+pub fn set_command(command: &'static str) {
+    let _ = COMMAND.set(command);
+}
+
 pub fn usage(e: impl Into<anyhow::Error>) -> Failure {
     Failure::new(FailureKind::Usage, e)
 }
@@ -44,12 +53,14 @@ pub fn server_of(config: &Config) -> SharedServer {
 /// what may be repeated are retried within `[retry] deadline_secs`.
 pub fn server_at(config: &Config, url: &str) -> SharedServer {
     let ch = &config.clickhouse;
-    let server = Arc::new(Server::new(&ServerConfig {
+    let server = Server::new(&ServerConfig {
         url: url.to_owned(),
         user: ch.user.clone(),
         password: ch.password.as_ref().map(|p| Secret::new(p.expose())),
         request_timeout: ch.request_timeout,
-    }));
+    });
+    let product = format!("chpart-{}", COMMAND.get().copied().unwrap_or("cli"));
+    let server = Arc::new(server.identified_as(&product, env!("CARGO_PKG_VERSION")));
     Arc::new(Retrying::new(
         server,
         RetryPolicy::within(config.retry_deadline),

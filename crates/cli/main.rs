@@ -29,6 +29,7 @@ fn main() -> ExitCode {
     }
     init_logging(cli.verbose, &reporting);
     let command = cli.command_name();
+    context::set_command(command);
     let result = run(cli);
     if let Err(e) = reporting.finish(command, result.is_ok()) {
         eprintln!("chpart: warning: {e}");
