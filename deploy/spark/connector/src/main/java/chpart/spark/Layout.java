@@ -81,7 +81,7 @@ final class Layout {
     } else if (plainColumns(partitionKey, Set.of(schema.fieldNames())) != null) {
       functions = Functions.unavailable("not needed");
     } else {
-      functions = Functions.of(options);
+      functions = Functions.of(options, plan);
     }
     Layout layout = of(partitionKey, schema, functions);
     if (layout.distribution instanceof OrderedDistribution) {
@@ -103,8 +103,20 @@ final class Layout {
       return new Functions(Map.of(), null, why);
     }
 
-    /** Asked from ClickHouse (the table named; a Distributed table has its local table's columns). */
-    static Functions of(ChpartOptions options) {
+    /**
+     * From {@code plan}'s {@code columns} and {@code timezone} (chpart reads them with the keys,
+     * in the same statement); asked from ClickHouse only if the plan has none (an older chpart
+     * configured as the binary): the table named (a Distributed table has its local table's
+     * columns).
+     */
+    static Functions of(ChpartOptions options, JsonNode plan) {
+      if (plan.path("columns").isArray() && plan.path("timezone").isTextual()) {
+        Map<String, String> types = new LinkedHashMap<>();
+        for (JsonNode column : plan.path("columns")) {
+          types.put(column.path("name").asText(), column.path("type").asText());
+        }
+        return new Functions(types, plan.path("timezone").asText(), null);
+      }
       try {
         ClickHouseHttp ch = options.clickhouse();
         Map<String, String> types = new LinkedHashMap<>();
