@@ -364,17 +364,21 @@ def statement_breakdown(server, since, until):
     return [(c, int(n), float(cpu)) for c, n, cpu in (line.split("\t") for line in out.splitlines() if line)]
 
 
-def statement_detail(server, since, until, limit=30):
-    """The same window's statements grouped by their normalized text, the costliest first:
-    [(class, statements, server CPU s, the first one's text, cut to 240 characters)]. Kept in
-    the JSON, to see which of chpart's statements its server CPU goes to. Reads the log as
-    statement_breakdown's flush left it: call it after that."""
+def statement_detail(server, since, until, limit=40):
+    """The same window's statements grouped by their normalized text and the client that sent
+    them, the costliest first: [(class, statements, server CPU s, client, the first one's text,
+    cut to 240 characters)]. The client is the first word of the HTTP User-Agent: chpart names
+    its command there (`chpart-build/0.1.0`). Kept in the JSON, to see which of chpart's
+    statements its server CPU goes to. Reads the log as statement_breakdown's flush left it:
+    call it after that."""
     out = server.query(
         f"SELECT {STATEMENT_CLASS} AS class, count(), sum({QUERY_CPU}) AS cpu, "
+        "splitByChar(' ', http_user_agent)[1] AS client, "
         "substring(replaceRegexpAll(any(query), '\\s+', ' '), 1, 240) "
-        f"{finished_between(since, until)} GROUP BY normalized_query_hash, class ORDER BY cpu DESC "
+        f"{finished_between(since, until)} GROUP BY normalized_query_hash, class, client ORDER BY cpu DESC "
         f"LIMIT {limit} FORMAT TSV")
-    return [(c, int(n), float(cpu), q) for c, n, cpu, q in (line.split("\t", 3) for line in out.splitlines() if line)]
+    return [(c, int(n), float(cpu), who, q)
+            for c, n, cpu, who, q in (line.split("\t", 4) for line in out.splitlines() if line)]
 
 
 def measure_idle(server, secs):
