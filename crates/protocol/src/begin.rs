@@ -354,6 +354,21 @@ fn describe(target: &TableRef, mode: Mode, visibility: Visibility) -> String {
     format!("table {target}, mode {mode}, visibility {visibility}")
 }
 
+/// `table`'s definition on `server` ([`ClickHouseServer::table_definition`], one statement),
+/// or [`BeginError::TableMissing`] naming the table and the server.
+pub(crate) async fn definition_of(
+    server: &dyn ClickHouseServer,
+    table: &TableRef,
+) -> Result<TableDefinition, BeginError> {
+    server
+        .table_definition(table.database.as_str(), table.table.as_str())
+        .await?
+        .ok_or_else(|| BeginError::TableMissing {
+            table: table.clone(),
+            endpoint: server.endpoint().to_owned(),
+        })
+}
+
 /// Opens `req.load`, or confirms it is open with the same request.
 pub async fn begin(ledger: &Ledger, req: &BeginRequest) -> Result<BeginOutcome, BeginError> {
     begin_on(ledger, ledger.server(), req).await
@@ -493,14 +508,8 @@ pub(crate) async fn begin_granted(
                     quote_table(db, table)
                 ))
                 .await?;
-            let (sdb, stable) = (shadow.database.as_str(), shadow.table.as_str());
             stop_merges(server, &shadow).await?;
-            let made = server.table_definition(sdb, stable).await?.ok_or_else(|| {
-                BeginError::TableMissing {
-                    table: shadow.clone(),
-                    endpoint: server.endpoint().to_owned(),
-                }
-            })?;
+            let made = definition_of(server, &shadow).await?;
             let snapshot = TableSnapshot::from_server(&made.info, &made.columns);
             if snapshot.fingerprint != target_snapshot.fingerprint {
                 return Err(BeginError::Unsupported {

@@ -70,15 +70,7 @@ pub(crate) async fn shard_facts(
     server: &dyn ClickHouseServer,
     local: &TableRef,
 ) -> Result<ShardFacts, BeginError> {
-    let (db, table) = (local.database.as_str(), local.table.as_str());
-    let seen =
-        server
-            .table_definition(db, table)
-            .await?
-            .ok_or_else(|| BeginError::TableMissing {
-                table: local.clone(),
-                endpoint: server.endpoint().to_owned(),
-            })?;
+    let seen = crate::begin::definition_of(server, local).await?;
     Ok(ShardFacts {
         snapshot: TableSnapshot::from_server(&seen.info, &seen.columns),
         version: seen.version,

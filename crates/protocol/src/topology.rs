@@ -238,15 +238,7 @@ pub async fn plan(
     host_name: &str,
     scope: PlanScope,
 ) -> Result<Topology, BeginError> {
-    let (db, name) = (table.database.as_str(), table.table.as_str());
-    let seen =
-        server
-            .table_definition(db, name)
-            .await?
-            .ok_or_else(|| BeginError::TableMissing {
-                table: table.clone(),
-                endpoint: server.endpoint().to_owned(),
-            })?;
+    let seen = crate::begin::definition_of(server, table).await?;
     let info = &seen.info;
     let mut topology = Topology {
         table: table.to_string(),
