@@ -20,6 +20,13 @@ case "${1:-}" in
 esac
 # A clean clone gains nothing from incremental compilation, and its caches cost gigabytes of disk.
 if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
+# A full disk shows up late and obscurely (the linker dies with SIGBUS writing a test binary), so
+# say at the start what the run has.
+free_kib=$(df -Pk . | awk 'NR == 2 {print $4}')
+echo "test.sh: $((free_kib / 1024 / 1024)) GiB free on $(df -P . | awk 'NR == 2 {print $6}')"
+if [ "$free_kib" -lt $((6 * 1024 * 1024)) ]; then
+  echo "test.sh: warning: less than 6 GiB free; the builds below may fill the disk" >&2
+fi
 
 # Background work (the venv's install, the portable build) is stopped if a step fails.
 trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
