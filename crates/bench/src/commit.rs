@@ -201,6 +201,9 @@ struct CommitRun {
     /// The time chpart logs for its commit (from reading the ledger to the commit entry).
     logged_secs: Option<f64>,
     server_cpu: Option<f64>,
+    /// CPU of the loopback sshd serving the commit's SFTP sessions (None over the local
+    /// transport, or when not readable).
+    sshd_cpu: Option<f64>,
     /// Entries the loads have in the ledger after the commit (each one an INSERT).
     ledger_entries: u64,
     /// Size of the largest load's commit plan (a ledger entry's body).
@@ -223,6 +226,7 @@ impl CommitRun {
             secs: self.secs + other.secs,
             logged_secs: self.logged_secs.zip(other.logged_secs).map(|(a, b)| a + b),
             server_cpu: self.server_cpu.zip(other.server_cpu).map(|(a, b)| a + b),
+            sshd_cpu: self.sshd_cpu.zip(other.sshd_cpu).map(|(a, b)| a + b),
             ledger_entries: self.ledger_entries + other.ledger_entries,
             plan_bytes: self.plan_bytes.max(other.plan_bytes),
             visible: None,
@@ -339,6 +343,12 @@ struct CpuResults {
     /// One `CHECK TABLE` of the committed parts, alone: what the commit's default content
     /// check (`--verify server`, CHECK TABLE of the shadow before MOVE) costs of its row (b).
     check: CpuRow,
+    /// The host's sshd during (b) (over SFTP; None over the local transport).
+    commit_sshd_cpu: Option<f64>,
+    /// (b') The same rows committed with `--verify full` (every byte read back over SFTP and
+    /// hashed by chpart) instead of the server's check, and what the host's sshd spent
+    /// serving that (over SFTP only).
+    full: Option<(CpuRow, Option<f64>)>,
     chpart_parts: usize,
     /// Server CPU seconds per second while nothing ran.
     idle_rate: f64,
@@ -359,6 +369,9 @@ impl CpuResults {
         }
     }
 }
+
+/// How long a finished commit's SFTP sessions may take to end on the host.
+const SESSIONS_END: Duration = Duration::from_secs(10);
 
 /// Rows of the small loads that measure a commit's fixed cost.
 const SMALL_ROWS: u64 = 1000;
@@ -428,6 +441,7 @@ pub fn run(options: &CommitOptions) -> anyhow::Result<()> {
     let bench = Bench {
         root: &root,
         server: &server,
+        sshd: &sshd,
         chpart: &chpart,
         configs: &configs,
         options,
@@ -597,12 +611,15 @@ struct Prepared {
     builds: u32,
     parts: usize,
     rows: u64,
+    /// `--verify` of its commit; chpart's default (`auto`) when None.
+    verify: Option<&'static str>,
 }
 
 /// What the steps share.
 struct Bench<'a> {
     root: &'a Path,
     server: &'a ClickHouse,
+    sshd: &'a Sshd,
     chpart: &'a Chpart,
     configs: &'a Configs,
     options: &'a CommitOptions,
@@ -738,6 +755,7 @@ impl Bench<'_> {
             builds: shape.builds,
             parts,
             rows,
+            verify: None,
         })
     }
 
@@ -750,8 +768,16 @@ impl Bench<'_> {
             load.builds,
             load.variant.visibility,
         );
+        if let Some(verify) = load.verify {
+            cmd.args(["--verify", verify]);
+        }
         let count_query = format!("SELECT count() FROM {}", load.table);
         self.wait_quiet()?;
+        let sftp = load.variant.transport == Transport::Sftp;
+        if sftp && !self.sshd.wait_sessions_ended(SESSIONS_END) {
+            bail!("sshd still serves an earlier session after {SESSIONS_END:?}");
+        }
+        let sshd_cpu = self.sshd.cpu_seconds();
         let cpu = self.server.cpu_seconds();
         let (run, seen) = if poll {
             let stop = AtomicBool::new(false);
@@ -769,6 +795,12 @@ impl Bench<'_> {
             (measure::run(&mut cmd)?, None)
         };
         let server_cpu = cpu.zip(self.server.cpu_seconds()).map(|(a, b)| b - a);
+        // The sessions' CPU reaches the daemon's counters when they are reaped.
+        let sshd_cpu = if sftp && self.sshd.wait_sessions_ended(SESSIONS_END) {
+            sshd_cpu.zip(self.sshd.cpu_seconds()).map(|(a, b)| b - a)
+        } else {
+            None
+        };
         if !run.status.success() {
             return Err(CommitFailed {
                 parts: load.parts,
@@ -807,6 +839,7 @@ impl Bench<'_> {
             secs: run.wall.as_secs_f64(),
             logged_secs: logged_commit_secs(&String::from_utf8_lossy(&run.stderr)),
             server_cpu,
+            sshd_cpu,
             ledger_entries,
             visible: seen,
         })

@@ -88,6 +88,7 @@ impl Bench<'_> {
         let build = step(before, 0)?;
         // Waits for quiet itself, then measures the command alone.
         let committed = self.commit(&prepared, false)?;
+        let commit_sshd_cpu = committed.sshd_cpu;
         let uncompressed = self.uncompressed(&table)?;
         let commit = CpuRow {
             secs: committed.secs,
@@ -109,6 +110,30 @@ impl Bench<'_> {
             &format!("CHECK TABLE {table} SETTINGS check_query_single_value_result = 0"),
         )?;
         let check = step(before, uncompressed)?;
+
+        // (b') The same rows again, checked by reading every byte back over SFTP (`--verify
+        // full`) instead of by the server: what that costs the server and the host's sshd.
+        let full = if self.options.transport == super::Transport::Sftp {
+            let table = format!("{DATABASE}.cpu_chpart_full");
+            sql(server, &events::ddl(&table))?;
+            self.stop_merges(&table)?;
+            let (load, shadow, _) = self.begin(&table, variant)?;
+            let prepared = Prepared {
+                verify: Some("full"),
+                ..self.build_one(&table, variant, load, shadow, &input, rows)?
+            };
+            let committed = self.commit(&prepared, false)?;
+            let row = CpuRow {
+                secs: committed.secs,
+                server_cpu: committed
+                    .server_cpu
+                    .context("the server's CPU time is not readable")?,
+                uncompressed: self.uncompressed(&table)?,
+            };
+            Some((row, committed.sshd_cpu))
+        } else {
+            None
+        };
 
         // (c) What a commit costs whatever its size: commits of tiny loads, same steps.
         let small = generate(&GenOptions {
@@ -148,6 +173,8 @@ impl Bench<'_> {
             commit,
             settle,
             check,
+            commit_sshd_cpu,
+            full,
             chpart_parts: prepared.parts,
             idle_rate,
             fixed_commit_cpu: fixed / f64::from(SMALL_LOADS),
@@ -191,6 +218,7 @@ impl Bench<'_> {
             builds: 1,
             parts: manifest.parts,
             rows,
+            verify: None,
         })
     }
 

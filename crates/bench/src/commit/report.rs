@@ -269,6 +269,42 @@ pub(super) fn report(results: &Results) -> String {
             &cpu.check,
         );
         row(w, "    chpart, all of the above", &cpu.whole());
+        let sshd_row = |cpu_secs: f64, of: &CpuRow| CpuRow {
+            server_cpu: cpu_secs,
+            ..of.clone()
+        };
+        if let Some(sshd) = cpu.commit_sshd_cpu {
+            row(
+                w,
+                "    the host's sshd during (b) (file sizes over SFTP)",
+                &sshd_row(sshd, &cpu.commit),
+            );
+        }
+        if let Some((full, sshd)) = &cpu.full {
+            row(
+                w,
+                "(b') the same rows, --verify full (read back over SFTP)",
+                full,
+            );
+            if let Some(sshd) = sshd {
+                row(
+                    w,
+                    "    the host's sshd during (b') (every byte sent back)",
+                    &sshd_row(*sshd, full),
+                );
+                let _ = writeln!(
+                    w,
+                    "the content check costs the host {:.3} CPU s on the server (CHECK TABLE, of (b)) \
+                     or {:.3} CPU s in sshd reading every byte back ((b') sshd less (b) sshd); \
+                     the host's whole commit: (b) {:.3} s with the server's check, (b') {:.3} s \
+                     with the read-back",
+                    cpu.check.server_cpu,
+                    sshd - cpu.commit_sshd_cpu.unwrap_or(0.0),
+                    cpu.commit.server_cpu + cpu.commit_sshd_cpu.unwrap_or(0.0),
+                    full.server_cpu + sshd
+                );
+            }
+        }
         // commit = fixed + marginal * GB: the load size from which commit <= INSERT / target.
         let gb = cpu.commit.uncompressed as f64 / 1e9;
         let marginal = ((cpu.commit.server_cpu - cpu.fixed_commit_cpu) / gb).max(0.0);

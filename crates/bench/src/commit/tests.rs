@@ -99,6 +99,7 @@ fn run(variant: Variant, parts: usize, secs: f64, all_rows_ms: Option<u64>) -> C
         secs,
         logged_secs: Some(secs - 0.1),
         server_cpu: Some(0.5),
+        sshd_cpu: Some(0.05),
         ledger_entries: 2 * parts as u64 + 2,
         loads: 1,
         plan_bytes: 150 * parts as u64,
@@ -171,6 +172,8 @@ fn the_report_checks_each_figure_against_its_target() {
             commit: cpu_row(0.02),
             settle: cpu_row(0.01),
             check: cpu_row(0.005),
+            commit_sshd_cpu: Some(0.004),
+            full: Some((cpu_row(0.003), Some(0.012))),
             chpart_parts: 5,
             idle_rate: 0.005,
             fixed_commit_cpu: 0.015,
@@ -189,6 +192,11 @@ fn the_report_checks_each_figure_against_its_target() {
         "1000-row loads): 0.015 CPU s; beyond it 0.0100 CPU s/GB; so commit <= 1/100 of \
          INSERT from 0.21 GB per load",
         ": 10 builds (Spark partitions) x 100 partitions",
+        // Read back: sshd 0.012 less its 0.004 during (b); host (b) 0.02 + 0.004, (b') 0.003
+        // + 0.012.
+        "the content check costs the host 0.005 CPU s on the server (CHECK TABLE, of (b)) or \
+         0.008 CPU s in sshd reading every byte back ((b') sshd less (b) sshd); the host's whole \
+         commit: (b) 0.024 s with the server's check, (b') 0.015 s with the read-back",
     ] {
         assert!(text.contains(expected), "{expected:?} not in:\n{text}");
     }
