@@ -22,8 +22,8 @@ esac
 if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
 # A full disk shows up late and obscurely (the linker dies with SIGBUS writing a test binary), so
 # say at the start what the run has.
-free_kib=$(df -Pk . | awk 'NR == 2 {print $4}')
-echo "test.sh: $((free_kib / 1024 / 1024)) GiB free on $(df -P . | awk 'NR == 2 {print $6}')"
+read -r free_kib mount < <(df -Pk . | awk 'NR == 2 {print $4, $6}')
+echo "test.sh: $((free_kib / 1024 / 1024)) GiB free on $mount"
 if [ "$free_kib" -lt $((6 * 1024 * 1024)) ]; then
   echo "test.sh: warning: less than 6 GiB free; the builds below may fill the disk" >&2
 fi
