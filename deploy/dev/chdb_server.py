@@ -138,14 +138,25 @@ def serve(args):
     return 0
 
 
+def running(pid):
+    """Whether process `pid` is running. One that has exited counts as gone before it is reaped:
+    it holds no port, lock or file any more, and a server whose `start` has exited is reaped by
+    whatever adopted it (init), which on the test machines takes 1.5-2 s after the exit."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def read_pid(run_dir):
     try:
         with open(os.path.join(run_dir, "server.pid")) as f:
             pid = int(f.read().strip())
-        os.kill(pid, 0)
-        return pid
     except (OSError, ValueError):
         return None
+    return pid if running(pid) else None
 
 
 def tail(path, n=30):
@@ -207,9 +218,7 @@ def stop(args):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + args.timeout_secs
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except OSError:
+        if not running(pid):
             print(f"stopped (pid {pid})")
             return 0
         time.sleep(0.1)
