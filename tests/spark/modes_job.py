@@ -208,20 +208,28 @@ def scenario_functions(args, spark, result):
     spark.conf.set("spark.sql.catalog.chpart.chpart", args.chpart)
     spark.createDataFrame([(us,) for us in function_instants()], "us BIGINT").createOrReplaceTempView("instants")
     spark.createDataFrame([(n,) for n in FUNCTION_INTEGERS], "n BIGINT").createOrReplaceTempView("integers")
-    out = {}
+    instants = {}
     for f in TIME_FUNCTIONS:
         for zone in FUNCTION_ZONES:
             for of, arg in (("ts", "timestamp_micros(us)"), ("date", "to_date(timestamp_micros(us))")):
                 v = f"chpart.chpart_{f.lower()}({arg}, '{zone}')"
-                shown = {"toDate": f"CAST({v} AS STRING)", "toMonday": f"CAST({v} AS STRING)",
-                         "toStartOfMonth": f"CAST({v} AS STRING)", "toStartOfDay": f"unix_seconds({v})",
-                         "toStartOfHour": f"unix_seconds({v})"}.get(f, v)
-                rows = spark.sql(f"SELECT us, {shown} AS v FROM instants ORDER BY us").collect()
-                out[f"{f}|{zone}|{of}"] = [[r.us, str(r.v)] for r in rows]
-    for f, d in (("intDiv", 7), ("modulo", 7), ("intDiv", 1000), ("modulo", 1000)):
-        rows = spark.sql(f"SELECT n, chpart.chpart_{f.lower()}(n, {d}L) AS v FROM integers ORDER BY n").collect()
-        out[f"{f}|{d}"] = [[r.n, str(r.v)] for r in rows]
-    result["values"] = out
+                instants[f"{f}|{zone}|{of}"] = {
+                    "toDate": f"CAST({v} AS STRING)", "toMonday": f"CAST({v} AS STRING)",
+                    "toStartOfMonth": f"CAST({v} AS STRING)", "toStartOfDay": f"unix_seconds({v})",
+                    "toStartOfHour": f"unix_seconds({v})"}.get(f, v)
+    integers = {f"{f}|{d}": f"chpart.chpart_{f.lower()}(n, {d}L)"
+                for f, d in (("intDiv", 7), ("modulo", 7), ("intDiv", 1000), ("modulo", 1000))}
+    result["values"] = {**columns_by_key(spark, "instants", "us", instants),
+                        **columns_by_key(spark, "integers", "n", integers)}
+
+
+def columns_by_key(spark, view, key, expressions):
+    """{name: [[key, str(value)], ...] in key order} for each of `expressions` ({name: SQL}),
+    all evaluated by one query over `view`: a Spark job per expression took 0.85 s each."""
+    names = list(expressions)
+    columns = ", ".join(f"{expressions[name]} AS v{i}" for i, name in enumerate(names))
+    rows = spark.sql(f"SELECT {key}, {columns} FROM {view} ORDER BY {key}").collect()
+    return {name: [[r[key], str(r[f"v{i}"])] for r in rows] for i, name in enumerate(names)}
 
 
 def scenario_catalog(args, spark, result):
