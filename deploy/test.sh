@@ -100,7 +100,10 @@ step "JVM connector (deploy/spark/build-connector.sh: javac against pyspark's ja
 connector_jar="$(bash deploy/spark/build-connector.sh)"
 
 step "Spark end-to-end tests (tests/spark: pyspark 4.3.0 + Java 17 against the real engine)"
-# The chpart binary the tests run (debug; `cargo test` above has built nearly all of it).
-cargo build --locked --bin chpart
+# The chpart binary the tests run: the one `cargo test` built for tests/, in the dev profile, so
+# CHPART_TEST_CRASH_AT works. Its dependencies carry features other members' tests enable
+# (chpart-server's test double, unused by the binary; regex's Unicode tables): rebuilding it
+# without them (`cargo build --bin chpart`) recompiled 5 crates, 21 s, for the same code.
+[ -x target/debug/chpart ] || { echo "test.sh: cargo test left no target/debug/chpart" >&2; exit 1; }
 TEST_CHPART_BIN="$root/target/debug/chpart" TEST_CHPART_JAR="$connector_jar" .venv/bin/python -m pytest tests/spark -q --durations=15
 step "every check and every tier passed"
