@@ -88,24 +88,39 @@ def pyspark_jars():
     return os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "jars")
 
 
-@pytest.fixture(scope="module")
-def test_classes(connector_jar, tmp_path_factory):
-    """java/*.java (the test plugin and the test programs) compiled against pyspark's jars and
-    the connector's jar, as one jar."""
+def compile_jar(out, sources, classpath, name):
+    """`sources` compiled by javac against `classpath` into the jar `out/name`."""
     if not shutil.which("javac") or not shutil.which("jar"):
         pytest.fail("javac and jar are needed: install openjdk-17-jdk-headless (bash deploy/install.sh)",
                     pytrace=False)
-    out = tmp_path_factory.mktemp("test-classes")
     classes = out / "classes"
     classes.mkdir()
-    sources = sorted(str(p) for p in (ROOT / "tests" / "spark" / "java").glob("*.java"))
     javac = subprocess.run(["javac", "--release", "17", "-Xlint:all,-path,-classfile", "-Werror", "-cp",
-                            os.pathsep.join([os.path.join(pyspark_jars(), "*"), connector_jar]), "-d", str(classes),
-                            *sources], capture_output=True, text=True, timeout=300)
+                            os.pathsep.join(classpath), "-d", str(classes), *sources],
+                           capture_output=True, text=True, timeout=300)
     assert javac.returncode == 0, f"javac {sources} failed:\n{javac.stdout}\n{javac.stderr}"
-    jar = out / "chpart-test-classes.jar"
+    jar = out / name
     subprocess.run(["jar", "--create", "--file", str(jar), "-C", str(classes), "."], check=True, timeout=120)
     return str(jar)
+
+
+# Both jars are the same for every test that uses them: compiled once per session.
+@pytest.fixture(scope="session")
+def test_classes(connector_jar, tmp_path_factory):
+    """java/*.java (the test plugin and the test programs) compiled against pyspark's jars and
+    the connector's jar, as one jar."""
+    sources = sorted(str(p) for p in (ROOT / "tests" / "spark" / "java").glob("*.java"))
+    return compile_jar(tmp_path_factory.mktemp("test-classes"), sources,
+                       [os.path.join(pyspark_jars(), "*"), connector_jar], "chpart-test-classes.jar")
+
+
+@pytest.fixture(scope="session")
+def load_events_job(tmp_path_factory):
+    """deploy/spark/examples/LoadEvents.java (the Java example) compiled against pyspark's jars
+    into a job jar."""
+    return compile_jar(tmp_path_factory.mktemp("load-events"),
+                       [str(ROOT / "deploy" / "spark" / "examples" / "LoadEvents.java")],
+                       [os.path.join(pyspark_jars(), "*")], "load-events.jar")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -377,7 +377,7 @@ def test_the_jars_binary_loads_over_sftp(clickhouse, connector_jar, tmp_path):
 
 
 def test_spark_submit_java_job_on_a_standalone_cluster_with_the_jar_and_conf_only(connector_jar, test_classes,
-                                                                                  tmp_path):
+                                                                                  load_events_job, tmp_path):
     """(6) The Java example (deploy/spark/examples/LoadEvents.java) by spark-submit on the
     standalone cluster of two Workers (127.0.0.2, 127.0.0.3; one core each), as it runs in
     production: the driver and every executor with a PATH that holds no chpart and no config file
@@ -391,7 +391,6 @@ def test_spark_submit_java_job_on_a_standalone_cluster_with_the_jar_and_conf_onl
     rows; gc leaves nothing; the password is nowhere in Spark's event log or the job's output."""
     from failure_jobs.cluster import StandaloneCluster
     from test_spark_conf import PASSWORD, USER, clickhouse_archive, password_server
-    from test_spark_connector import compile_example
     from datasets import write_events_parquet
 
     server = password_server(tmp_path / "clickhouse")
@@ -405,7 +404,6 @@ def test_spark_submit_java_job_on_a_standalone_cluster_with_the_jar_and_conf_onl
         archive = clickhouse_archive(ship / "clickhouse.tgz")
         # One input file: the read stage has one task (partition 0), so partition 1 is the write's.
         source = write_events_parquet(tmp_path / "input", ROWS, files=1)
-        job = compile_example(tmp_path)
         events_dir, marker, driver_cwd = tmp_path / "spark-events", tmp_path / "killed.json", tmp_path / "driver"
         events_dir.mkdir()
         driver_cwd.mkdir()
@@ -443,8 +441,8 @@ def test_spark_submit_java_job_on_a_standalone_cluster_with_the_jar_and_conf_onl
                 "--files", str(ship / "pw.txt"), "--archives", f"{archive}#ch", "--class", "LoadEvents"]
         for key, value in conf.items():
             argv += ["--conf", f"{key}={value}"]
-        argv += [job, "--input", str(tmp_path / "input"), "--table", TABLE, "--load", load, "--partitions", "4",
-                 "--option", "layout=none"]
+        argv += [load_events_job, "--input", str(tmp_path / "input"), "--table", TABLE, "--load", load,
+                 "--partitions", "4", "--option", "layout=none"]
         log = tmp_path / "java-job.log"
         cwd = os.getcwd()
         os.chdir(driver_cwd)

@@ -21,22 +21,15 @@ and that `chpart gc` leaves nothing of the load.
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 
-import pytest
-
-from conftest import pyspark_jars, spark_conf
+from conftest import spark_conf
 from datasets import create_table_sql, write_events_parquet
 from failure_jobs import eventlog, probe
 from helpers import (assert_exactly_once, assert_gc_leaves_nothing, assert_winners_and_losers,
                      check_connector_metrics, commit_denied, committed_winners, load_status)
 from scenarios import TABLE, attempt_of, run_logged, run_scenario, source_of
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-EXAMPLE = os.path.join(ROOT, "deploy", "spark", "examples", "LoadEvents.java")
 JOB_TIMEOUT = 240
 ROWS = 40_000
 
@@ -44,23 +37,6 @@ ROWS = 40_000
 def make_table(clickhouse):
     clickhouse.query("CREATE DATABASE db")
     clickhouse.query(create_table_sql(TABLE))
-
-
-def compile_example(tmp_path):
-    """deploy/spark/examples/LoadEvents.java compiled against pyspark's jars into a job jar."""
-    for tool in ("javac", "jar"):
-        if not shutil.which(tool):
-            pytest.fail(f"{tool} is needed to build the Java job: install openjdk-17-jdk-headless "
-                        "(bash deploy/install.sh)", pytrace=False)
-    classes = tmp_path / "example-classes"
-    classes.mkdir()
-    javac = subprocess.run(["javac", "--release", "17", "-Xlint:all,-path,-classfile", "-Werror", "-cp",
-                            os.path.join(pyspark_jars(), "*"), "-d", str(classes), EXAMPLE],
-                           capture_output=True, text=True, timeout=300)
-    assert javac.returncode == 0, f"javac LoadEvents.java failed:\n{javac.stdout}\n{javac.stderr}"
-    job = tmp_path / "load-events.jar"
-    subprocess.run(["jar", "--create", "--file", str(job), "-C", str(classes), "."], check=True, timeout=120)
-    return str(job)
 
 
 def check_retry_after_publish(clickhouse, config, chpart, load, r, source, driver_log):
@@ -99,14 +75,13 @@ def check_retry_after_publish(clickhouse, config, chpart, load, r, source, drive
 
 
 def test_java_job_with_a_task_retry_after_publish_loads_exactly_once(clickhouse, chpart_config, chpart_bin,
-                                                                     connector_jar, tmp_path):
+                                                                     connector_jar, load_events_job, tmp_path):
     """(1) The Java example, compiled by javac, run by spark-submit --jars chpart-spark.jar on
     local[2,4]: it reads Parquet, repartitions it into 4 tasks and saves it with
     format("chpart"); the first attempt of partition 1 fails after publishing."""
     make_table(clickhouse)
     load = "java-load"
     source = write_events_parquet(tmp_path / "input", ROWS)
-    job = compile_example(tmp_path)
     probe_path, calls, probe_env = probe.install(str(tmp_path / "probe"), chpart_bin)
     ctrl = tmp_path / "ctrl"
     ctrl.mkdir()
@@ -121,8 +96,8 @@ def test_java_job_with_a_task_retry_after_publish_loads_exactly_once(clickhouse,
             "--jars", connector_jar, "--class", "LoadEvents"]
     for key, value in conf.items():
         argv += ["--conf", f"{key}={value}"]
-    argv += [job, "--input", str(tmp_path / "input"), "--table", TABLE, "--config", chpart_config, "--load", load,
-             "--partitions", "4", "--chpart", probe_path, "--option", "layout=none"]
+    argv += [load_events_job, "--input", str(tmp_path / "input"), "--table", TABLE, "--config", chpart_config,
+             "--load", load, "--partitions", "4", "--chpart", probe_path, "--option", "layout=none"]
     for key, value in env.items():
         argv += ["--option", f"env.{key}={value}"]
 
