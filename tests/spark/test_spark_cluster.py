@@ -165,8 +165,9 @@ def test_rerun_after_a_shard_was_down_at_commit_resumes_the_recorded_plan(three_
     source = chpart_spark.spark_checksum(df)
 
     # Each `chpart commit` retries the down shard until its retry deadline (30 s by default) and
-    # write() runs it three times: a deadline of 3 s keeps the same steps and saves about 80 s.
-    monkeypatch.setenv("CHPART_RETRY_DEADLINE_SECS", "3")
+    # write() runs it three times: a deadline of 1 s keeps the same steps (a few retries, then
+    # the deadline) and saves about 85 s.
+    monkeypatch.setenv("CHPART_RETRY_DEADLINE_SECS", "1")
     with pytest.raises(chpart_spark.CommitError) as failed:
         chpart_spark.write(df, table=TABLE, load_id=load, config=cluster.config,
                            chpart=stop_before_first_commit(tmp_path, chpart_bin, down))
