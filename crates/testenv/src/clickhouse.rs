@@ -397,14 +397,7 @@ impl ClickHouse {
 
     /// The server process's CPU time so far (user + system), from /proc.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let pid = self.child.as_ref()?.id();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: f64 =
-            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        Some(ticks / hz)
+        crate::process_cpu_seconds(self.child.as_ref()?.id(), false)
     }
 }
 

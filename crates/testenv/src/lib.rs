@@ -244,6 +244,22 @@ pub fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// CPU seconds (user + system) of process `pid` so far, from `/proc/<pid>/stat`; with
+/// `reaped_children`, also those of the children it has waited for. None if unreadable.
+pub(crate) fn process_cpu_seconds(pid: u32, reaped_children: bool) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime, stime, cutime, cstime: fields 14-17 of proc(5), 11-14 after the name.
+    let last = if reaped_children { 14 } else { 12 };
+    let mut ticks = 0.0;
+    for i in 11..=last {
+        ticks += fields.get(i)?.parse::<f64>().ok()?;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / hz)
+}
+
 /// The last `n` lines of a log file, for panic messages.
 pub fn log_tail(path: &Path, n: usize) -> String {
     match std::fs::read_to_string(path) {

@@ -116,16 +116,7 @@ impl Sshd {
     /// process). A session counts only once it has ended: call
     /// [`Sshd::wait_sessions_ended`] first. None if `/proc` cannot be read.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let stat = fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        // utime, stime, cutime, cstime: fields 14-17 of proc(5), 11-14 after the name.
-        let mut ticks = 0.0;
-        for i in 11..=14 {
-            ticks += fields.get(i)?.parse::<f64>().ok()?;
-        }
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        Some(ticks / hz)
+        crate::process_cpu_seconds(self.child.id(), true)
     }
 
     /// Waits until the daemon has no session process left (every client has disconnected and
@@ -135,25 +126,20 @@ impl Sshd {
     pub fn wait_sessions_ended(&self, timeout: Duration) -> bool {
         let pid = self.child.id();
         let children = format!("/proc/{pid}/task/{pid}/children");
-        let deadline = Instant::now() + timeout;
-        loop {
-            match fs::read_to_string(&children) {
-                Ok(list) => {
-                    let session = |child: &str| {
-                        fs::read_to_string(format!("/proc/{child}/comm"))
-                            .is_ok_and(|comm| comm.starts_with("sshd"))
-                    };
-                    if !list.split_whitespace().any(session) {
-                        return true;
-                    }
-                }
-                Err(_) => return false,
+        let session = |child: &str| {
+            fs::read_to_string(format!("/proc/{child}/comm"))
+                .is_ok_and(|comm| comm.starts_with("sshd"))
+        };
+        // An unreadable list ends the wait at once: there is nothing to wait for.
+        let mut unreadable = false;
+        let ended = wait_until(timeout, || match fs::read_to_string(&children) {
+            Ok(list) => !list.split_whitespace().any(session),
+            Err(_) => {
+                unreadable = true;
+                true
             }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        });
+        ended && !unreadable
     }
 
     /// The last lines of the daemon's log (sshd runs with `LogLevel
