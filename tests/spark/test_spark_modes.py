@@ -220,6 +220,11 @@ def test_errorifexists_creates_the_table_then_loads_exactly_once(clickhouse, chp
     schema by the README's mapping), loads the rows exactly once; the same write again is
     refused by Spark (the table exists) and begins no load; mode("ignore") into another
     missing table creates and loads it too."""
+    # The tests' servers keep no query log; this one does, for the connector's User-Agent below.
+    query_log = tmp_path / "query-log.xml"
+    query_log.write_text("<query_log><database>system</database><table>query_log</table></query_log>\n")
+    clickhouse.stop()
+    clickhouse.start(config_extra=query_log)
     clickhouse.query("CREATE DATABASE db")
     result, log = run_driver(tmp_path, "create", chpart_config, chpart_bin, connector_jar)
     assert result["error"] is None, result["error"]
@@ -245,6 +250,15 @@ def test_errorifexists_creates_the_table_then_loads_exactly_once(clickhouse, chp
     assert int(clickhouse.scalar(f"SELECT count() FROM {TABLE}")) == ROWS
     entry = load_status(chpart_config, chpart_bin, "create")
     assert entry["state"] == "committed" and entry["rows"] == ROWS, entry
+    # The connector's own catalog statements name it in the server's query log, as chpart's
+    # commands do (docs/operations.md): chpart-spark/<the version of the chpart the jar carries>.
+    version = subprocess.run([chpart_bin, "--version"], capture_output=True, text=True, check=True).stdout.split()[-1]
+    clickhouse.query("SYSTEM FLUSH LOGS")
+    agents = {(r["kind"], r["agent"]) for r in clickhouse.rows(
+        "SELECT splitByChar(' ', query)[1] AS kind, http_user_agent AS agent FROM system.query_log "
+        "WHERE type = 'QueryFinish' AND (query LIKE 'EXISTS TABLE `db`.`events`%' "
+        "OR query LIKE 'CREATE TABLE `db`.`events`%')")}
+    assert agents == {("EXISTS", f"chpart-spark/{version}"), ("CREATE", f"chpart-spark/{version}")}, agents
 
     again = result["again_error"]
     assert again and "TABLE_OR_VIEW_ALREADY_EXISTS" in again, again

@@ -22,6 +22,12 @@ import java.util.Map;
  */
 final class ClickHouseHttp {
   private static final Duration TIMEOUT = Duration.ofSeconds(120);
+  /**
+   * How these statements name themselves in the server's {@code system.query_log}
+   * ({@code http_user_agent}), beside chpart's own {@code chpart-<command>/<version>}: the
+   * connector's version is the chpart it carries.
+   */
+  static final String USER_AGENT = "chpart-spark/" + carriedVersion();
   private final String url;
   private final String user;
   private final String password;
@@ -42,6 +48,7 @@ final class ClickHouseHttp {
   String query(String sql) {
     HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(url))
         .timeout(TIMEOUT)
+        .header("User-Agent", USER_AGENT)
         .header("X-ClickHouse-User", user)
         .POST(HttpRequest.BodyPublishers.ofString(sql, StandardCharsets.UTF_8));
     if (!password.isEmpty()) {
@@ -65,6 +72,16 @@ final class ClickHouseHttp {
 
   boolean tableExists(String database, String table) {
     return query("EXISTS TABLE " + quote(database) + "." + quote(table)).strip().equals("1");
+  }
+
+  /** The version of the chpart this jar carries ({@code chpart 0.1.0} -> {@code 0.1.0}), or "unknown". */
+  private static String carriedVersion() {
+    String recorded = EmbeddedChpart.recordedVersion();
+    if (recorded == null || recorded.isBlank()) {
+      return "unknown";
+    }
+    String[] words = recorded.strip().split("\\s+");
+    return words[words.length - 1];
   }
 
   static String quote(String identifier) {
