@@ -84,10 +84,13 @@ step "install: the venv (deploy/install.sh, started before fmt)"
 finish install
 
 step "portable chpart (deploy/spark/build-portable.sh: cargo zigbuild, glibc 2.17, OpenSSL linked in), beside cargo test; its output comes after it"
-# Built once here (cold: 7-9 min alone on the 2-core machine, 15 min beside cargo test); the connector jar and the wheel
-# (tests/spark/test_embedded_chpart.py) reuse it through cargo's cache. A release build for
-# another target: its own build directories, so it does not wait on cargo test's lock, and it
-# takes the CPU the tests leave while they wait on their servers.
+# Built once here; the connector jar and the wheel (tests/spark/test_embedded_chpart.py) reuse
+# it through cargo's cache (build-connector.sh and build-wheel.sh inherit the profile). A build
+# for another target: its own build directories, so it does not wait on cargo test's lock, and
+# it takes the CPU the tests leave while they wait on their servers. The profile is
+# portable-test (Cargo.toml): the release profile's semantics without its optimization, whose
+# CPU (9 of the cold release build's 21.5 CPU minutes) this CPU-bound step would otherwise pay.
+export CHPART_PORTABLE_PROFILE=portable-test
 start portable bash -c 'time bash deploy/spark/build-portable.sh'
 
 step "cargo test (unit, protocol and real-component tiers)"

@@ -11,6 +11,8 @@
 # and `chpart --version` runs here. Writes <out> (debug info stripped) and <out>.sha256 (the hex
 # digest alone).
 #   OUT=<file>   where the binary goes (default: target/portable/chpart)
+#   CHPART_PORTABLE_PROFILE=<profile>   the cargo profile (default: release; CI's test run uses
+#                the workspace's portable-test: release semantics, no optimization)
 # Prints the binary's path on stdout. Cargo's own cache makes a second run a no-op (about 2 s):
 # deploy/test.sh builds it once, build-connector.sh and build-wheel.sh reuse it.
 set -euo pipefail
@@ -29,11 +31,19 @@ venv_bin="$root/.venv/bin"
 # `zig` is on PATH: the venv's python3, which has ziglang.
 export PATH="$venv_bin:$PATH"
 
+profile="${CHPART_PORTABLE_PROFILE:-release}"
+case "$profile" in
+  release | portable-test) ;;
+  *) echo "build-portable: CHPART_PORTABLE_PROFILE is release or portable-test, not $profile" >&2; exit 2 ;;
+esac
 # Without the release profile's line tables (CARGO_PROFILE_RELEASE_DEBUG=false): the shipped copy
 # is stripped of them anyway, and not emitting them saves compile and link time.
-(cd "$root" && CARGO_PROFILE_RELEASE_DEBUG=false cargo zigbuild --locked --release --features portable \
+(cd "$root" && CARGO_PROFILE_RELEASE_DEBUG=false cargo zigbuild --locked --profile "$profile" --features portable \
   --bin chpart --target "$triple.$GLIBC_FLOOR" >&2)
-built="$root/target/$triple/release/chpart"
+# cargo's target directory ($CARGO_TARGET_DIR, relative to the workspace as cargo reads it there).
+target_dir="${CARGO_TARGET_DIR:-target}"
+case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
+built="$target_dir/$triple/$profile/chpart"
 [ -x "$built" ] || { echo "build-portable: cargo zigbuild did not produce $built" >&2; exit 1; }
 
 # The highest GLIBC_x.y any dynamic symbol needs, compared as versions.
@@ -56,5 +66,5 @@ strip --strip-debug -o "$tmp" "$built"
 mv "$tmp" "$out"
 sha256sum "$out" | cut -d' ' -f1 > "$out.sha256.tmp.$$"
 mv "$out.sha256.tmp.$$" "$out.sha256"
-echo "build-portable: $version, $(stat -c %s "$out") bytes, highest symbol GLIBC_$highest (floor $GLIBC_FLOOR), needs: $needed" >&2
+echo "build-portable: $version (profile $profile), $(stat -c %s "$out") bytes, highest symbol GLIBC_$highest (floor $GLIBC_FLOOR), needs: $needed" >&2
 echo "$out"
