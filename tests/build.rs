@@ -1104,6 +1104,77 @@ fn a_clickhouse_local_newer_than_the_server_is_refused() {
     assert!(!ch.data_dir.join("chpart-staging/bn-1/app-10.3").exists());
 }
 
+/// An Arrow stream's build starts the engine once for a stream of one chunk: the engine's
+/// version and zone are the first line the build's own session prints, checked as a Parquet
+/// build's are (a newer engine refused, naming both versions; an older one recorded).
+#[test]
+fn an_arrow_stream_build_checks_the_engine_in_its_own_session() {
+    let ch = shared();
+    let s = Setup::new(ch, "build_stream_identity");
+    assert_eq!(exit_code(&s.begin("bi-1", &[])), Some(0));
+    let stream = arrow_stream_of(&s, 1_000);
+    let tz = ch.q("SELECT timezone()").trim().to_owned();
+    let real = chpart_testenv::clickhouse_local().display().to_string();
+    let runs = s.dir.path().join("runs");
+    // The real engine, counting its runs, reporting `version` as its own.
+    let engine = |name: &str, version: &str| {
+        let path = s.dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/bash\nset -o pipefail\necho run >> {runs}\ncase \"$*\" in *'version()'*) {real} \"$@\" | sed '1s|^.*$|{version}\\t{tz}|'; exit $?;; esac\nexec {real} \"$@\"\n",
+                runs = runs.display()
+            ),
+        )
+        .unwrap();
+        chpart_testenv::set_mode(&path, 0o755);
+        path
+    };
+    let build = |attempt: &str, command: &Path| -> (Output, usize) {
+        let _ = std::fs::remove_file(&runs);
+        let mut child = s
+            .build_cmd("bi-1", attempt, 0)
+            .args(["--input", "-"])
+            .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        write_stdin(&mut child, &stream);
+        let out = child.wait_with_output().unwrap();
+        let runs = std::fs::read_to_string(&runs).unwrap_or_default();
+        (out, runs.lines().count())
+    };
+
+    let (out, runs_newer) = build("app-11.1", &engine("newer-clickhouse-local", "26.10.1.5"));
+    assert_eq!(exit_code(&out), Some(4), "{}", text(&out));
+    let message = text(&out);
+    assert!(
+        message.contains("26.10.1.5")
+            && message.contains("26.9.2.1")
+            && message.contains("app-11.1"),
+        "both versions and the attempt named: {message}"
+    );
+    assert_eq!(
+        runs_newer, 1,
+        "one engine run: the build's session printed the identity"
+    );
+    assert!(!ch.data_dir.join("chpart-staging/bi-1/app-11.1").exists());
+
+    let (out, runs_older) = build("app-11.2", &engine("older-clickhouse-local", "25.8.3.1"));
+    let m = manifest_of(out).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert_eq!(
+        (
+            m.clickhouse_local_version.as_str(),
+            m.source_rows,
+            m.total_rows()
+        ),
+        ("25.8.3.1", 1_000, 1_000)
+    );
+    assert_eq!(runs_older, 1, "one engine run for a stream of one chunk");
+}
+
 #[test]
 fn work_dirs_of_builds_killed_with_sigkill_are_removed_by_the_next_build() {
     let ch = shared();

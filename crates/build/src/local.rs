@@ -144,8 +144,9 @@ pub fn check_local(
 /// inserted and the one being written), whatever the stream's size. A chunk is inserted only
 /// once it is complete; the last only once the stream ended cleanly; a stream that breaks
 /// fails the build before anything leaves this host (parts are uploaded only after every chunk
-/// was built). Returns the last session's output (the listing of every part) and what was
-/// pumped.
+/// was built). The first session also runs [`IDENTITY_QUERY`] first, so the engine's version and
+/// time zone cost no process start-up of their own. Returns the identity line the first session
+/// printed, the last session's output (the listing of every part) and what was pumped.
 fn run_spooled(
     local: &LocalCommand,
     data: &std::path::Path,
@@ -154,7 +155,7 @@ fn run_spooled(
     pump: ArrowStreamPump<Box<dyn Read + Send>>,
     structure: &str,
     chunk_bytes: u64,
-) -> Result<(Vec<u8>, StreamStats), LocalError> {
+) -> Result<(String, Vec<u8>, StreamStats), LocalError> {
     let (chunks, done) = std::sync::mpsc::sync_channel::<PathBuf>(0);
     let mut sink = SpoolSink {
         dir: dir.to_path_buf(),
@@ -167,6 +168,7 @@ fn run_spooled(
         (pumped, started.elapsed())
     });
     let mut output = None;
+    let mut identity = String::new();
     let mut sessions = std::time::Duration::ZERO;
     for (i, chunk) in done.iter().enumerate() {
         let session_started = std::time::Instant::now();
@@ -175,15 +177,30 @@ fn run_spooled(
             "ArrowStream".to_owned(),
             structure.to_owned(),
         );
+        let first = i == 0;
         let run = session
-            .query(i == 0, vec![file])
+            .query(first, vec![file])
             .map_err(build_err)
-            .and_then(|query| Ok(local.run(&local_args(data, &query))?));
+            .and_then(|query| {
+                let query = if first {
+                    format!("{IDENTITY_QUERY};\n{query}")
+                } else {
+                    query
+                };
+                Ok(local.run(&local_args(data, &query))?)
+            });
         sessions += session_started.elapsed();
         let _ = std::fs::remove_file(&chunk);
         // On failure the pump is left to stop at its next chunk (its hand-over fails) or with
         // its input: it may be waiting for the producer, which this build no longer reads.
-        output = Some(run?);
+        let run = run?;
+        output = Some(if first {
+            let (line, rest) = split_first_line(run);
+            identity = line;
+            rest
+        } else {
+            run
+        });
     }
     let (stats, streamed) = pumper
         .join()
@@ -204,7 +221,18 @@ fn run_spooled(
         chunk_bytes >> 20,
         sessions.as_secs_f64()
     );
-    Ok((output, stats))
+    Ok((identity, output, stats))
+}
+
+/// The first line of a session's output (what [`IDENTITY_QUERY`], run first, printed) and the
+/// rest.
+fn split_first_line(mut output: Vec<u8>) -> (String, Vec<u8>) {
+    let at = output
+        .iter()
+        .position(|b| *b == b'\n')
+        .map_or(output.len(), |at| at + 1);
+    let rest = output.split_off(at);
+    (String::from_utf8_lossy(&output).into_owned(), rest)
 }
 
 /// [`run_spooled`]'s chunk files: `<dir>/input-<n>.arrows`, each handed to the building session
@@ -280,18 +308,12 @@ pub fn run_clickhouse_local(
             let (files, plan, rows) = parquet_sources(&paths, target)?;
             let query = session_for(&plan)?.query(true, files).map_err(build_err)?;
             let query = format!("{IDENTITY_QUERY};\n{query}");
-            let output = local.run(&local_args(&data, &query))?;
-            let split = output.iter().position(|b| *b == b'\n');
-            let (first, listing) = output.split_at(split.map_or(output.len(), |at| at + 1));
-            let identity = local.identity_of(&String::from_utf8_lossy(first))?;
-            (listing.to_vec(), rows, identity)
+            let (first, listing) = split_first_line(local.run(&local_args(&data, &query))?);
+            let identity = local.identity_of(&first)?;
+            (listing, rows, identity)
         }
         Input::ArrowStream(reader) => {
-            // Chunked sessions: the identity query runs beside them (one process start-up,
-            // not a serial one).
-            let identify_cmd = local.clone();
-            let identity = std::thread::spawn(move || identify_cmd.identify());
-            // The stream is checked batch by batch on its way into files of this attempt's
+            // Chunked sessions, the first of which prints the identity first. The stream is checked batch by batch on its way into files of this attempt's
             // work dir, and clickhouse-local reads those. It cannot read the stream from a
             // pipe: the 26.9 engine's ArrowStream reader seeks in its input, which fails on a
             // pipe for multi-batch streams ("Cannot seek through file (fd = 0)"). The spool is
@@ -299,7 +321,7 @@ pub fn run_clickhouse_local(
             let pump = ArrowStreamPump::start(reader, target, "stdin")?;
             let session = session_for(pump.plan())?;
             let structure = pump.plan().structure.clone();
-            let (output, stats) = run_spooled(
+            let (first, output, stats) = run_spooled(
                 local,
                 &data,
                 work.path(),
@@ -308,9 +330,7 @@ pub fn run_clickhouse_local(
                 &structure,
                 build.spool_chunk_bytes,
             )?;
-            let identity = identity
-                .join()
-                .map_err(|_| LocalError::Build("the version query panicked".into()))??;
+            let identity = local.identity_of(&first)?;
             (output, stats.rows, identity)
         }
     };
