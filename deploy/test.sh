@@ -84,14 +84,15 @@ step "install: the venv (deploy/install.sh, started before fmt)"
 finish install
 
 step "portable chpart (deploy/spark/build-portable.sh: cargo zigbuild, glibc 2.17, OpenSSL linked in), beside cargo test; its output comes after it"
-# Built once here; the connector jar and the wheel (tests/spark/test_embedded_chpart.py) reuse
-# it through cargo's cache (build-connector.sh and build-wheel.sh inherit the profile). A build
-# for another target: its own build directories, so it does not wait on cargo test's lock, and
-# it takes the CPU the tests leave while they wait on their servers. The profile is
-# portable-test (Cargo.toml): the release profile's semantics without its optimization, whose
-# CPU (9 of the cold release build's 21.5 CPU minutes) this CPU-bound step would otherwise pay.
-export CHPART_PORTABLE_PROFILE=portable-test
-start portable bash -c 'time bash deploy/spark/build-portable.sh'
+# Built once here; the connector jar and the wheel (tests/spark/test_embedded_chpart.py) reuse it
+# through cargo's cache (build-connector.sh is given the same profile; the wheel embeds the jar's
+# binary). A build for another target: its own build directories, so it does not wait on cargo
+# test's lock, and it takes the CPU the tests leave while they wait on their servers. The profile is
+# portable-test (Cargo.toml): the release profile's semantics without its optimization, whose CPU (9
+# of the cold release build's 21.5 CPU minutes) this CPU-bound step would otherwise pay. Given to
+# the two scripts only, not exported: chpart refuses CHPART_* variables that are not its settings,
+# which is why the name has no CHPART_ prefix either.
+start portable bash -c 'time PORTABLE_PROFILE=portable-test bash deploy/spark/build-portable.sh'
 
 step "cargo test (unit, protocol and real-component tiers)"
 cargo test --workspace --locked
@@ -100,7 +101,7 @@ step "portable chpart (started before cargo test)"
 finish portable
 
 step "JVM connector (deploy/spark/build-connector.sh: javac against pyspark's jars, the portable chpart inside)"
-connector_jar="$(bash deploy/spark/build-connector.sh)"
+connector_jar="$(PORTABLE_PROFILE=portable-test bash deploy/spark/build-connector.sh)"
 
 step "Spark end-to-end tests (tests/spark: pyspark 4.3.0 + Java 17 against the real engine)"
 # The chpart binary the tests run: the one `cargo test` built for tests/, in the dev profile, so

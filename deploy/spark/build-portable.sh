@@ -11,7 +11,7 @@
 # and `chpart --version` runs here. Writes <out> (debug info stripped) and <out>.sha256 (the hex
 # digest alone).
 #   OUT=<file>   where the binary goes (default: target/portable/chpart)
-#   CHPART_PORTABLE_PROFILE=<profile>   the cargo profile (default: release; CI's test run uses
+#   PORTABLE_PROFILE=<profile>   the cargo profile (default: release; CI's test run uses
 #                the workspace's portable-test: release semantics, no optimization)
 # Prints the binary's path on stdout. Cargo's own cache makes a second run a no-op (about 2 s):
 # deploy/test.sh builds it once, build-connector.sh and build-wheel.sh reuse it.
@@ -31,10 +31,10 @@ venv_bin="$root/.venv/bin"
 # `zig` is on PATH: the venv's python3, which has ziglang.
 export PATH="$venv_bin:$PATH"
 
-profile="${CHPART_PORTABLE_PROFILE:-release}"
+profile="${PORTABLE_PROFILE:-release}"
 case "$profile" in
   release | portable-test) ;;
-  *) echo "build-portable: CHPART_PORTABLE_PROFILE is release or portable-test, not $profile" >&2; exit 2 ;;
+  *) echo "build-portable: PORTABLE_PROFILE is release or portable-test, not $profile" >&2; exit 2 ;;
 esac
 # Without the release profile's line tables (CARGO_PROFILE_RELEASE_DEBUG=false): the shipped copy
 # is stripped of them anyway, and not emitting them saves compile and link time.
