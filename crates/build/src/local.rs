@@ -313,11 +313,12 @@ pub fn run_clickhouse_local(
             (listing, rows, identity)
         }
         Input::ArrowStream(reader) => {
-            // Chunked sessions, the first of which prints the identity first. The stream is checked batch by batch on its way into files of this attempt's
-            // work dir, and clickhouse-local reads those. It cannot read the stream from a
-            // pipe: the 26.9 engine's ArrowStream reader seeks in its input, which fails on a
-            // pipe for multi-batch streams ("Cannot seek through file (fd = 0)"). The spool is
-            // the same binary Arrow stream (no re-encoding, no text), read once by the engine.
+            // Chunked sessions, the first of which prints the identity first. The stream is
+            // checked batch by batch on its way into files of this attempt's work dir, and
+            // clickhouse-local reads those. It cannot read the stream from a pipe: the 26.9
+            // engine's ArrowStream reader seeks in its input, which fails on a pipe for
+            // multi-batch streams ("Cannot seek through file (fd = 0)"). The spool is the same
+            // binary Arrow stream (no re-encoding, no text), read once by the engine.
             let pump = ArrowStreamPump::start(reader, target, "stdin")?;
             let session = session_for(pump.plan())?;
             let structure = pump.plan().structure.clone();
