@@ -230,9 +230,8 @@ fn arrow_stream_on_stdin_over_sftp_into_the_target() {
     );
 
     let stream = arrow_stream_of(&s, 200_000);
-    let mut child = s
-        .build_cmd("bs-1", "app-2.1", 3)
-        .args([
+    let out = run_on_stdin(
+        s.build_cmd("bs-1", "app-2.1", 3).args([
             "--stage",
             "4",
             "--stage-attempt",
@@ -242,15 +241,10 @@ fn arrow_stream_on_stdin_over_sftp_into_the_target() {
             "--input",
             "-",
             "--die-with-parent",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    write_stdin(&mut child, &stream);
-    let m =
-        manifest_of(child.wait_with_output().unwrap()).unwrap_or_else(|o| panic!("{}", text(&o)));
+        ]),
+        &stream,
+    );
+    let m = manifest_of(out).unwrap_or_else(|o| panic!("{}", text(&o)));
     assert_eq!((m.source_rows, m.total_rows()), (200_000, 200_000));
     assert_eq!(
         (
@@ -296,6 +290,18 @@ pub fn arrow_stream_of(s: &Setup, rows: u64) -> PathBuf {
 fn write_stdin(child: &mut std::process::Child, file: &Path) {
     let mut stdin = child.stdin.take().expect("the child's stdin is piped");
     stdin.write_all(&std::fs::read(file).unwrap()).unwrap();
+}
+
+/// Runs `cmd` with `file` on its stdin; its output.
+fn run_on_stdin(cmd: &mut Command, file: &Path) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    write_stdin(&mut child, file);
+    child.wait_with_output().unwrap()
 }
 
 /// An Arrow stream on stdin is spooled in bounded chunks (here `spool_chunk_mib = 1`, about
@@ -1132,17 +1138,12 @@ fn an_arrow_stream_build_checks_the_engine_in_its_own_session() {
     };
     let build = |attempt: &str, command: &Path| -> (Output, usize) {
         let _ = std::fs::remove_file(&runs);
-        let mut child = s
-            .build_cmd("bi-1", attempt, 0)
-            .args(["--input", "-"])
-            .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", command)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        write_stdin(&mut child, &stream);
-        let out = child.wait_with_output().unwrap();
+        let out = run_on_stdin(
+            s.build_cmd("bi-1", attempt, 0)
+                .args(["--input", "-"])
+                .env("CHPART_CLICKHOUSE_LOCAL_COMMAND", command),
+            &stream,
+        );
         let runs = std::fs::read_to_string(&runs).unwrap_or_default();
         (out, runs.lines().count())
     };
