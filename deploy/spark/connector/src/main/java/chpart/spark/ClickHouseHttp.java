@@ -74,7 +74,10 @@ final class ClickHouseHttp {
     return query("EXISTS TABLE " + quote(database) + "." + quote(table)).strip().equals("1");
   }
 
-  /** The version of the chpart this jar carries ({@code chpart 0.1.0} -> {@code 0.1.0}), or "unknown". */
+  /**
+   * The version of the chpart this jar carries ({@code chpart 0.1.0} -> {@code 0.1.0}), or
+   * "unknown".
+   */
   private static String carriedVersion() {
     String recorded = EmbeddedChpart.recordedVersion();
     if (recorded == null || recorded.isBlank()) {
