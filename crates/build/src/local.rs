@@ -144,8 +144,7 @@ pub fn check_local(
 /// inserted and the one being written), whatever the stream's size. A chunk is inserted only
 /// once it is complete; the last only once the stream ended cleanly; a stream that breaks
 /// fails the build before anything leaves this host (parts are uploaded only after every chunk
-/// was built). The first session also runs [`IDENTITY_QUERY`] first, so the engine's version and
-/// time zone cost no process start-up of their own. Returns the identity line the first session
+/// was built). The first session runs [`IDENTITY_QUERY`] first ([`run_identified`]). Returns the identity line the first session
 /// printed, the last session's output (the listing of every part) and what was pumped.
 fn run_spooled(
     local: &LocalCommand,
@@ -182,25 +181,19 @@ fn run_spooled(
             .query(first, vec![file])
             .map_err(build_err)
             .and_then(|query| {
-                let query = if first {
-                    format!("{IDENTITY_QUERY};\n{query}")
+                if first {
+                    let (line, rest) = run_identified(local, data, &query)?;
+                    identity = line;
+                    Ok(rest)
                 } else {
-                    query
-                };
-                Ok(local.run(&local_args(data, &query))?)
+                    Ok(local.run(&local_args(data, &query))?)
+                }
             });
         sessions += session_started.elapsed();
         let _ = std::fs::remove_file(&chunk);
         // On failure the pump is left to stop at its next chunk (its hand-over fails) or with
         // its input: it may be waiting for the producer, which this build no longer reads.
-        let run = run?;
-        output = Some(if first {
-            let (line, rest) = split_first_line(run);
-            identity = line;
-            rest
-        } else {
-            run
-        });
+        output = Some(run?);
     }
     let (stats, streamed) = pumper
         .join()
@@ -224,15 +217,21 @@ fn run_spooled(
     Ok((identity, output, stats))
 }
 
-/// The first line of a session's output (what [`IDENTITY_QUERY`], run first, printed) and the
-/// rest.
-fn split_first_line(mut output: Vec<u8>) -> (String, Vec<u8>) {
+/// Runs the session `query` on the build's data dir `data` with [`IDENTITY_QUERY`] first, in the
+/// same process: the engine's version and time zone cost no start-up of their own. Returns the
+/// identity line and the rest of the output.
+fn run_identified(
+    local: &LocalCommand,
+    data: &std::path::Path,
+    query: &str,
+) -> Result<(String, Vec<u8>), RunError> {
+    let mut output = local.run(&local_args(data, &format!("{IDENTITY_QUERY};\n{query}")))?;
     let at = output
         .iter()
         .position(|b| *b == b'\n')
         .map_or(output.len(), |at| at + 1);
     let rest = output.split_off(at);
-    (String::from_utf8_lossy(&output).into_owned(), rest)
+    Ok((String::from_utf8_lossy(&output).into_owned(), rest))
 }
 
 /// [`run_spooled`]'s chunk files: `<dir>/input-<n>.arrows`, each handed to the building session
@@ -307,8 +306,7 @@ pub fn run_clickhouse_local(
         Input::Parquet(paths) => {
             let (files, plan, rows) = parquet_sources(&paths, target)?;
             let query = session_for(&plan)?.query(true, files).map_err(build_err)?;
-            let query = format!("{IDENTITY_QUERY};\n{query}");
-            let (first, listing) = split_first_line(local.run(&local_args(&data, &query))?);
+            let (first, listing) = run_identified(local, &data, &query)?;
             let identity = local.identity_of(&first)?;
             (listing, rows, identity)
         }
