@@ -304,6 +304,33 @@ fn run_on_stdin(cmd: &mut Command, file: &Path) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// Writes `dir/name`: a clickhouse-local that is the real engine in everything but its identity,
+/// which it reports as `version` computing in `zone` (the first line a run with `SELECT
+/// version(), timezone()` prints, alone or before a build's listing). With `runs`, each run
+/// appends a line to that file. Returns the path.
+fn local_reporting(
+    dir: &Path,
+    name: &str,
+    version: &str,
+    zone: &str,
+    runs: Option<&Path>,
+) -> PathBuf {
+    let real = chpart_testenv::clickhouse_local().display().to_string();
+    let count = runs.map_or(String::new(), |runs| {
+        format!("echo run >> {}\n", runs.display())
+    });
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/bash\nset -o pipefail\n{count}case \"$*\" in *'version()'*) {real} \"$@\" | sed '1s|^.*$|{version}\\t{zone}|'; exit $?;; esac\nexec {real} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    chpart_testenv::set_mode(&path, 0o755);
+    path
+}
+
 /// An Arrow stream on stdin is spooled in bounded chunks (here `spool_chunk_mib = 1`, about
 /// 9 MiB of rows): each chunk is built by its own clickhouse-local session while the next is
 /// written, so the work dir never holds more than two chunks, and the parts hold every row
@@ -1028,20 +1055,15 @@ fn a_clickhouse_local_newer_than_the_server_is_refused() {
     let s = Setup::new(ch, "build_newer_local");
     assert_eq!(exit_code(&s.begin("bn-1", &[])), Some(0));
     let input = write_rows(s.dir.path(), "in.parquet", &rows_select(0, 10), "Parquet");
-    // The real engine for everything but the version, which it reports as a newer one (the
-    // first line a run with `SELECT version(), timezone()` prints, alone or before a build's
-    // listing).
+    // The real engine for everything but the version, which it reports as a newer one.
     let tz = ch.q("SELECT timezone()").trim().to_owned();
-    let newer = s.dir.path().join("newer-clickhouse-local");
-    let real = chpart_testenv::clickhouse_local().display().to_string();
-    std::fs::write(
-        &newer,
-        format!(
-            "#!/bin/bash\nset -o pipefail\ncase \"$*\" in *'version()'*) {real} \"$@\" | sed '1s|^.*$|26.10.1.5\\t{tz}|'; exit $?;; esac\nexec {real} \"$@\"\n"
-        ),
-    )
-    .unwrap();
-    chpart_testenv::set_mode(&newer, 0o755);
+    let newer = local_reporting(
+        s.dir.path(),
+        "newer-clickhouse-local",
+        "26.10.1.5",
+        &tz,
+        None,
+    );
     let out = s
         .build_cmd("bn-1", "app-10.1", 0)
         .arg("--input")
@@ -1065,15 +1087,13 @@ fn a_clickhouse_local_newer_than_the_server_is_refused() {
     assert!(!ch.data_dir.join("chpart-staging/bn-1/app-10.1").exists());
 
     // An older one is fine.
-    let older = s.dir.path().join("older-clickhouse-local");
-    std::fs::write(
-        &older,
-        std::fs::read_to_string(&newer)
-            .unwrap()
-            .replace("26.10.1.5", "25.8.3.1"),
-    )
-    .unwrap();
-    chpart_testenv::set_mode(&older, 0o755);
+    let older = local_reporting(
+        s.dir.path(),
+        "older-clickhouse-local",
+        "25.8.3.1",
+        &tz,
+        None,
+    );
     let out = s
         .build_cmd("bn-1", "app-10.2", 0)
         .arg("--input")
@@ -1085,15 +1105,13 @@ fn a_clickhouse_local_newer_than_the_server_is_refused() {
     assert_eq!(m.clickhouse_local_version, "25.8.3.1");
 
     // One that computes in another zone than it was given (a config file's <timezone>).
-    let elsewhere = s.dir.path().join("elsewhere-clickhouse-local");
-    std::fs::write(
-        &elsewhere,
-        std::fs::read_to_string(&newer)
-            .unwrap()
-            .replace(&format!("26.10.1.5\\t{tz}"), "26.9.2.1\\tAsia/Tokyo"),
-    )
-    .unwrap();
-    chpart_testenv::set_mode(&elsewhere, 0o755);
+    let elsewhere = local_reporting(
+        s.dir.path(),
+        "elsewhere-clickhouse-local",
+        "26.9.2.1",
+        "Asia/Tokyo",
+        None,
+    );
     let out = s
         .build_cmd("bn-1", "app-10.3", 0)
         .arg("--input")
@@ -1120,22 +1138,10 @@ fn an_arrow_stream_build_checks_the_engine_in_its_own_session() {
     assert_eq!(exit_code(&s.begin("bi-1", &[])), Some(0));
     let stream = arrow_stream_of(&s, 1_000);
     let tz = ch.q("SELECT timezone()").trim().to_owned();
-    let real = chpart_testenv::clickhouse_local().display().to_string();
     let runs = s.dir.path().join("runs");
     // The real engine, counting its runs, reporting `version` as its own.
-    let engine = |name: &str, version: &str| {
-        let path = s.dir.path().join(name);
-        std::fs::write(
-            &path,
-            format!(
-                "#!/bin/bash\nset -o pipefail\necho run >> {runs}\ncase \"$*\" in *'version()'*) {real} \"$@\" | sed '1s|^.*$|{version}\\t{tz}|'; exit $?;; esac\nexec {real} \"$@\"\n",
-                runs = runs.display()
-            ),
-        )
-        .unwrap();
-        chpart_testenv::set_mode(&path, 0o755);
-        path
-    };
+    let engine =
+        |name: &str, version: &str| local_reporting(s.dir.path(), name, version, &tz, Some(&runs));
     let build = |attempt: &str, command: &Path| -> (Output, usize) {
         let _ = std::fs::remove_file(&runs);
         let out = run_on_stdin(
