@@ -4,10 +4,10 @@
 Three 26.9 servers (deploy/dev/clickhouse-server), each on a loopback address of its own that
 ClickHouse counts as the machine itself (127.0.1.1, 127.1.0.1, 127.1.1.1: each node sees
 exactly itself as `is_local`, as a production host does), with distinct HTTP and TCP ports
-that are free on their address. Every config.xml carries the same `<remote_servers>` block
-(cluster `CLUSTER`, shard weights 1, 2, 3, each shard one replica naming its node's address
-and *TCP* port) and the node's own `<macros>`. Parallel Rust tests may use the same addresses
-with other ports: only the ports must be free.
+that are free on their address (tests/spark/ports.py). Every config.xml carries the same
+`<remote_servers>` block (cluster `CLUSTER`, shard weights 1, 2, 3, each shard one replica naming
+its node's address and *TCP* port) and the node's own `<macros>`. Parallel tests (Rust, or another
+xdist worker) may use the same addresses with other ports: only the ports must be free.
 
 `three_shard_cluster` (a fixture) starts them, creates `db` with the local table on every node
 and the Distributed table on node 1, writes a chpart config (server = node 1, local transport,
@@ -17,13 +17,13 @@ every server at teardown.
 
 import json
 import os
-import socket
 import subprocess
 import time
 
 import pytest
 
 from conftest import ROOT, ClickHouse, _fail, write_config
+from ports import free_port
 from datasets import COLUMNS, create_table_sql
 
 CLUSTER = "spark_shards"
@@ -37,28 +37,16 @@ TWIN_LOCAL_TABLE = "db.twin_local"
 TWIN_TABLE = "db.twin"
 
 
-def free_port_on(address, taken):
-    """A TCP port free on `address` (bound there, then released) and not in `taken`."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind((address, 0))
-            port = s.getsockname()[1]
-        if port not in taken:
-            taken.add(port)
-            return port
-    raise RuntimeError(f"no free port on {address}")
-
-
 class Node(ClickHouse):
     """One shard's server: a ClickHouse listening on its own loopback address."""
 
-    def __init__(self, base, shard_num, weight, address, taken_ports):
+    def __init__(self, base, shard_num, weight, address):
         super().__init__(base)
         self.shard_num = shard_num
         self.weight = weight
         self.address = address
-        self.http_port = free_port_on(address, taken_ports)
-        self.tcp_port = free_port_on(address, taken_ports)
+        self.http_port = free_port(address)
+        self.tcp_port = free_port(address)
         self.url = f"http://{address}:{self.http_port}"
         self.config_extra = base / "config-extra.xml"
 
@@ -88,8 +76,7 @@ class Cluster:
 
     def __init__(self, base, name=CLUSTER, addresses=ADDRESSES, weights=WEIGHTS):
         self.name = name
-        taken = set()
-        self.nodes = [Node(base / f"shard{i + 1}", i + 1, w, a, taken)
+        self.nodes = [Node(base / f"shard{i + 1}", i + 1, w, a)
                       for i, (a, w) in enumerate(zip(addresses, weights))]
         self.config = None
 

@@ -9,7 +9,6 @@ names the command to fix it.
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -21,6 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+from ports import free_port  # noqa: E402 (found through the line above when a job script imports this module)
 INSTALL_HINT = "run `bash deploy/install.sh` from the repository root"
 
 # Mutation testing (tests/spark/mutants/README.md): CHPART_TEST_MUTANT=<name> breaks the winner
@@ -150,12 +151,6 @@ def environment():
         _fail(f"the ClickHouse engine (.venv with chdb-core) is missing: {INSTALL_HINT}")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ClickHouse:
     """A ClickHouse 26.9 engine (chdb) serving HTTP on 127.0.0.1 for one test."""
 
@@ -164,8 +159,6 @@ class ClickHouse:
         self.run_dir = base / "run"
         self.http_port = free_port()
         self.tcp_port = free_port()
-        while self.tcp_port == self.http_port:
-            self.tcp_port = free_port()
         self.url = f"http://127.0.0.1:{self.http_port}"
         self.staging_root = self.data_dir / "chpart-staging"
 

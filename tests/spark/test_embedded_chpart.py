@@ -321,7 +321,7 @@ def test_the_jars_binary_loads_over_sftp(clickhouse, connector_jar, tmp_path):
     """(1) The jar's binary over SFTP (its OpenSSL and libssh2 are the ones linked in): begin, a
     build of a Parquet file uploaded through a real OpenSSH sshd (deploy/dev/sshd.sh, host key
     checked against known_hosts), commit; exactly the file's rows are loaded."""
-    from conftest import free_port
+    from ports import free_port
     from datasets import write_events_parquet
 
     clickhouse.query("CREATE DATABASE db")

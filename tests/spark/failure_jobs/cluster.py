@@ -8,16 +8,11 @@ executors' local dirs) lives under one temp directory; `stop()` kills every proc
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 
-
-def free_port(host="127.0.0.1"):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+from ports import free_port
 
 
 def spark_home():

@@ -134,10 +134,11 @@ def scenario_zombie(args, spark, df, ctrl, result):
     wait_for(lambda: running_tasks(spark) == 0, WAIT, "the zombie tasks to end")
 
 
-def executor_jvms(app_id):
+def executor_jvms(app_id, driver_port):
     """{pid: executor id} of this application's executor JVMs: the processes whose command line
     (/proc/<pid>/cmdline, what `ps -ww` shows) runs CoarseGrainedExecutorBackend with --app-id
-    `app_id`."""
+    `app_id` and a --driver-url on `driver_port`. The port tells two applications apart when their
+    local clusters (tests run in parallel) both name theirs app-<the same second>-0000."""
     jvms = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -147,7 +148,10 @@ def executor_jvms(app_id):
                 words = [w.decode(errors="replace") for w in f.read().split(b"\0")]
         except OSError:
             continue
-        if any("CoarseGrainedExecutorBackend" in w for w in words) and app_id in words:
+        if not (any("CoarseGrainedExecutorBackend" in w for w in words) and app_id in words
+                and "--driver-url" in words):
+            continue
+        if words[words.index("--driver-url") + 1].endswith(f":{driver_port}"):
             jvms[int(pid)] = words[words.index("--executor-id") + 1] if "--executor-id" in words else None
     return jvms
 
@@ -166,14 +170,15 @@ def process_gone(pid):
         return True
 
 
-def kill_executor_of_victim(ctrl, app_id, record, stop):
+def kill_executor_of_victim(ctrl, spark, record, stop):
     """Waits for the victim task (faults.wait_for_executor_loss), finds the executor JVM that
     runs it (the ancestor of its Python worker among the app's CoarseGrainedExecutorBackend
     processes) and SIGKILLs it. Gives up when `stop` is set (write() ended first)."""
     victim = wait_for(lambda: stop.is_set() or read_json(os.path.join(ctrl, "victim.json")), WAIT, "the victim task")
     if victim is True:
         raise RuntimeError("write() ended before the victim task showed up")
-    jvms = executor_jvms(app_id)
+    app_id = spark.sparkContext.applicationId
+    jvms = executor_jvms(app_id, spark.sparkContext.getConf().get("spark.driver.port"))
     record["executor_jvms"] = {str(k): v for k, v in jvms.items()}
     pid = victim["pid"]
     while pid > 1 and pid not in jvms:
@@ -195,7 +200,7 @@ def scenario_executor_loss(args, spark, df, ctrl, result):
 
     def killer():
         try:
-            kill_executor_of_victim(ctrl, spark.sparkContext.applicationId, killed, stop)
+            kill_executor_of_victim(ctrl, spark, killed, stop)
         except BaseException as e:  # reported (the test fails on it), never swallowed
             failures.append(f"{type(e).__name__}: {e}")
 
