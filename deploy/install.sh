@@ -8,8 +8,9 @@
 #     `chpart-test` (an unrelated user for permission tests)
 #   - .venv/ (git-ignored) with chdb-core==26.9.0: the ClickHouse 26.9 engine, used as
 #     clickhouse-local (deploy/dev/clickhouse-local) and as a server (deploy/dev/clickhouse-server)
-#   - in the same .venv: pyspark==4.3.0 (needs Java 17) and pytest for the Spark package and its
-#     end-to-end tests, and chpart_spark itself (deploy/spark, editable)
+#   - in the same .venv: pyspark==4.3.0 (needs Java 17) and pytest (with pytest-xdist: the tier
+#     runs on two workers) for the Spark package and its end-to-end tests, and chpart_spark itself
+#     (deploy/spark, editable)
 #   - the JDK 17 (openjdk-17-jdk-headless: java for Spark, javac and jar for the JVM connector,
 #     deploy/spark/build-connector.sh, which compiles against the jars pyspark ships)
 #   - in the same .venv: moto[server]==5.2.5, a local S3 endpoint the tests use as an `s3` disk
@@ -31,6 +32,7 @@ esac
 CHDB_VERSION="26.9.0"
 PYSPARK_VERSION="4.3.0"
 PYTEST_VERSION="9.2.0"
+PYTEST_XDIST_VERSION="3.8.0"
 MOTO_VERSION="5.2.5"
 ZIGLANG_VERSION="0.17.1"
 CARGO_ZIGBUILD_VERSION="0.24.1"
@@ -87,6 +89,7 @@ pinned() { "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(
 want=()
 pinned pyspark "$PYSPARK_VERSION" || want+=("pyspark==$PYSPARK_VERSION")
 pinned pytest "$PYTEST_VERSION" || want+=("pytest==$PYTEST_VERSION")
+pinned pytest-xdist "$PYTEST_XDIST_VERSION" || want+=("pytest-xdist==$PYTEST_XDIST_VERSION")
 # The [server] extra (Flask) is what moto's HTTP server needs; the version alone does not say
 # whether it was installed.
 if ! pinned moto "$MOTO_VERSION" || ! "$venv/bin/python" -c "import moto.server, flask, flask_cors" 2>/dev/null; then
