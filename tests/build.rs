@@ -286,13 +286,7 @@ pub fn arrow_stream_of(s: &Setup, rows: u64) -> PathBuf {
     write_rows(s.dir.path(), "rows.arrows", &select, "ArrowStream")
 }
 
-/// Writes `file` into the child's stdin and closes it.
-fn write_stdin(child: &mut std::process::Child, file: &Path) {
-    let mut stdin = child.stdin.take().expect("the child's stdin is piped");
-    stdin.write_all(&std::fs::read(file).unwrap()).unwrap();
-}
-
-/// Runs `cmd` with `file` on its stdin; its output.
+/// Runs `cmd` with `file` on its stdin (closed once written); its output.
 fn run_on_stdin(cmd: &mut Command, file: &Path) -> Output {
     let mut child = cmd
         .stdin(Stdio::piped())
@@ -300,7 +294,9 @@ fn run_on_stdin(cmd: &mut Command, file: &Path) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    write_stdin(&mut child, file);
+    let mut stdin = child.stdin.take().expect("the child's stdin is piped");
+    stdin.write_all(&std::fs::read(file).unwrap()).unwrap();
+    drop(stdin);
     child.wait_with_output().unwrap()
 }
 
@@ -352,20 +348,6 @@ fn an_arrow_stream_is_built_in_bounded_chunks() {
         );
         let work = s.dir.path().join(format!("chunked-work-{i}"));
         std::fs::create_dir_all(&work).unwrap();
-        let mut child = s
-            .build_cmd(&load, "app-9.1", 0)
-            .args(["--input", "-"])
-            .env("CHPART_CLICKHOUSE_LOCAL_SPOOL_CHUNK_MIB", "1")
-            .env("CHPART_CLICKHOUSE_LOCAL_WORK_DIR", &work)
-            .env(
-                "CHPART_CLICKHOUSE_LOCAL_MERGE_SPLIT_PARTITIONS",
-                merge_split.to_string(),
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
         // Chunk files in the work dir, watched while the build runs: the most at one time, and
         // every name seen (a chunk's file stays until its session ends).
         let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -387,8 +369,17 @@ fn an_arrow_stream_is_built_in_bounded_chunks() {
                 (most, seen)
             })
         };
-        write_stdin(&mut child, &stream);
-        let out = child.wait_with_output().unwrap();
+        let out = run_on_stdin(
+            s.build_cmd(&load, "app-9.1", 0)
+                .args(["--input", "-"])
+                .env("CHPART_CLICKHOUSE_LOCAL_SPOOL_CHUNK_MIB", "1")
+                .env("CHPART_CLICKHOUSE_LOCAL_WORK_DIR", &work)
+                .env(
+                    "CHPART_CLICKHOUSE_LOCAL_MERGE_SPLIT_PARTITIONS",
+                    merge_split.to_string(),
+                ),
+            &stream,
+        );
         watching.store(false, std::sync::atomic::Ordering::SeqCst);
         let (most, seen) = watcher.join().unwrap();
         let m = manifest_of(out).unwrap_or_else(|o| panic!("{}", text(&o)));

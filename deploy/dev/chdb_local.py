@@ -95,10 +95,10 @@ def engine():
     0.8 CPU s per start against 0.25 s for the extension alone. Every build runs this command
     (once per session; the version query runs first in the build's own session), so that
     start-up is most of a small build's cost. The extension is loaded the way chdb's own
-    `__init__` loads it (pinned chdb-core 26.9.0): preloaded with RTLD_DEEPBIND from its directory, then imported. Its
-    connection's `query(sql, format)` is what `chdb.connect(...).query` calls; errors are the
-    same RuntimeError with the server's `Code: N` message. Where the layout differs (another
-    chdb-core), the public package is used instead.
+    `__init__` loads it (pinned chdb-core 26.9.0): preloaded with RTLD_DEEPBIND from its
+    directory, then imported. Its connection's `query(sql, format)` is what
+    `chdb.connect(...).query` calls; errors are the same RuntimeError with the server's `Code: N`
+    message. Where the layout differs (another chdb-core), the public package is used instead.
     """
     import importlib.machinery
     import importlib.util

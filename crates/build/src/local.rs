@@ -144,8 +144,9 @@ pub fn check_local(
 /// inserted and the one being written), whatever the stream's size. A chunk is inserted only
 /// once it is complete; the last only once the stream ended cleanly; a stream that breaks
 /// fails the build before anything leaves this host (parts are uploaded only after every chunk
-/// was built). The first session runs [`IDENTITY_QUERY`] first ([`run_identified`]). Returns the identity line the first session
-/// printed, the last session's output (the listing of every part) and what was pumped.
+/// was built). The first session runs [`IDENTITY_QUERY`] first ([`run_identified`]). Returns the
+/// identity line the first session printed, the last session's output (the listing of every
+/// part) and what was pumped.
 fn run_spooled(
     local: &LocalCommand,
     data: &std::path::Path,
